@@ -1,0 +1,195 @@
+"""The `spacy-sapbert` command line: build-index, link, info."""
+import json
+import logging
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import typer
+from wasabi import msg
+
+from .defaults import DEFAULT, MESH_LABEL_TYPES
+
+app = typer.Typer(
+    help="Link biomedical entity mentions to ontology concepts with SapBERT-style embeddings.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class KBFormat(str, Enum):
+    jsonl = "jsonl"
+    biosyn = "biosyn"
+    medic = "medic"
+    mesh = "mesh"
+    obo = "obo"
+    umls = "umls"
+
+
+class IndexType(str, Enum):
+    flat = "flat"
+    sq8 = "sq8"
+    hnsw = "hnsw"
+    ivfpq = "ivfpq"
+
+
+def _fail(err: Exception) -> None:
+    msg.fail(str(err))
+    raise typer.Exit(1)
+
+
+def _user_errors() -> tuple:
+    from .encoder import EncoderError
+    from .index import ConceptIndexError
+    from .kb import KBFormatError
+
+    return (KBFormatError, ConceptIndexError, EncoderError, FileNotFoundError)
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details.")):
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+
+
+@app.command("build-index")
+def build_index(
+    kb: Path = typer.Option(..., "--kb", help="Knowledge-base file (MRCONSO.RRF for umls)."),
+    format: KBFormat = typer.Option(KBFormat.jsonl, "--format", help="Format of --kb."),
+    output: Path = typer.Option(..., "--output", help="Directory to write the index to."),
+    model: str = typer.Option(DEFAULT, "--model", help="Model directory or Hugging Face name."),
+    index_type: IndexType = typer.Option(IndexType.flat, "--index-type", help="FAISS index type."),
+    pooling: str = typer.Option("auto", "--pooling", help="cls, mean, or auto (the model's own)."),
+    max_length: int = typer.Option(25, "--max-length", help="Tokens per name."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+    batch_size: int = typer.Option(256, "--batch-size", help="Names per forward pass."),
+    supplementary: Optional[Path] = typer.Option(None, "--supplementary", help="mesh: the supplementary-concept TSV."),
+    trees: Optional[str] = typer.Option(None, "--trees", help="mesh: comma-separated tree prefixes to keep, e.g. C,F03,D."),
+    mrsty: Optional[Path] = typer.Option(None, "--mrsty", help="umls: MRSTY.RRF for semantic types."),
+    sources: Optional[str] = typer.Option(None, "--sources", help="umls: comma-separated SABs to keep."),
+    label_types: Optional[str] = typer.Option(
+        None, "--label-types", help='JSON {"Disease": ["C", "F03"]} stored as the index\'s default label→type map.'
+    ),
+):
+    """Embed every name of a knowledge base and write a FAISS concept index."""
+    from .defaults import resolve_model
+    from .encoder import Encoder
+    from .index import ConceptIndex
+    from .kb import load_kb
+
+    kwargs: Dict[str, object] = {}
+    if format == KBFormat.mesh:
+        kwargs = {"supplementary": supplementary, "tree_prefixes": trees.split(",") if trees else None}
+    elif format == KBFormat.umls:
+        kwargs = {"mrsty": mrsty, "sources": sources.split(",") if sources else None}
+    try:
+        mapping = json.loads(label_types) if label_types else (MESH_LABEL_TYPES if format == KBFormat.mesh else {})
+    except json.JSONDecodeError as err:
+        _fail(ValueError(f"--label-types is not valid JSON ({err.msg}); give e.g. '{{\"Disease\": [\"C\"]}}'."))
+    try:
+        knowledge_base = load_kb(kb, format.value, **kwargs)
+        msg.info(f"{kb}: {len(knowledge_base)} concepts, {knowledge_base.n_names} names")
+        encoder = Encoder(resolve_model(model), pooling=pooling, max_length=max_length, device=device,
+                          batch_size=batch_size)
+        index = ConceptIndex.build(knowledge_base, encoder, index_type=index_type.value, show_progress=True)
+    except _user_errors() as err:
+        _fail(err)
+    index.meta["label_types"] = mapping
+    index.save(output)
+    msg.good(f"Wrote {index} to {output}")
+
+
+def _read_inputs(path: Path) -> List[dict]:
+    """Records with a "text" from JSONL, or one per non-empty line of a plain text file."""
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            if path.suffix == ".jsonl":
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    record = None
+                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                    raise ValueError(
+                        f"{path}:{line_no}: expected a JSON object with a string \"text\"; fix that line."
+                    )
+                records.append(record)
+            else:
+                records.append({"text": line.rstrip("\n")})
+    return records
+
+
+def _entity_rows(doc, kb) -> List[dict]:
+    rows = []
+    for ent in doc.ents:
+        concept = kb.cui_to_entity.get(ent._.cui) if ent._.cui else None
+        rows.append({
+            "text": ent.text, "start": ent.start_char, "end": ent.end_char, "label": ent.label_,
+            "cui": ent._.cui, "name": concept.canonical_name if concept else None,
+            "score": round(ent._.cui_score, 4) if ent._.cui_score is not None else None,
+            "candidates": [[c, round(s, 4)] for c, s in ent._.kb_ents],
+        })
+    return rows
+
+
+@app.command("link")
+def link(
+    text: Optional[str] = typer.Argument(None, help="Text to link (or use --input)."),
+    input: Optional[Path] = typer.Option(None, "--input", help="JSONL with a \"text\" field, or plain text, one document per line."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write linked documents as JSONL here."),
+    ner: Optional[str] = typer.Option(None, "--ner", help="spaCy pipeline (name or path) whose NER sets doc.ents."),
+    model: str = typer.Option(DEFAULT, "--model", help="Model directory or Hugging Face name."),
+    index: str = typer.Option(DEFAULT, "--index", help="Index directory from build-index."),
+    threshold: float = typer.Option(0.5, "--threshold", help="Below this score a mention gets no concept."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Documents per batch."),
+):
+    """Run NER, abbreviation detection and the linker; print a table or write JSONL."""
+    from .demo import demo_pipeline
+
+    if (text is None) == (input is None):
+        _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
+    try:
+        records = [{"text": text}] if text is not None else _read_inputs(input)
+        nlp = demo_pipeline(ner=ner, model=model, index=index, linker_config={"threshold": threshold})
+    except (ValueError, OSError) + _user_errors() as err:
+        _fail(err)
+    kb = nlp.get_pipe("sapbert_linker").kb
+    docs = nlp.pipe((r["text"] for r in records), batch_size=batch_size)
+    out = output.open("w", encoding="utf-8") if output else None
+    try:
+        for record, doc in zip(records, docs):
+            rows = _entity_rows(doc, kb)
+            if out:
+                out.write(json.dumps({**record, "entities": rows}, ensure_ascii=False) + "\n")
+            else:
+                table = [(r["text"], r["label"], r["cui"] or "NIL", r["name"] or "", r["score"]) for r in rows]
+                msg.table(table, header=("mention", "label", "concept", "canonical name", "score"), divider=True)
+    finally:
+        if out:
+            out.close()
+            msg.good(f"Wrote {len(records)} documents to {output}")
+
+
+@app.command("info")
+def info(path: Path = typer.Argument(..., help="An index directory, or a pipeline directory holding sapbert_linker.")):
+    """Show what an index (or a saved pipeline's linker) was built from."""
+    from .index import META_FILE
+
+    candidates = [path / META_FILE, path / "index" / META_FILE, path / "sapbert_linker" / "index" / META_FILE]
+    meta_path = next((p for p in candidates if p.exists()), None)
+    if meta_path is None:
+        _fail(FileNotFoundError(f"{path} holds no concept index ({META_FILE}); give an index or pipeline directory."))
+    meta = json.loads(meta_path.read_text())
+    rows = [(key, value) for key, value in meta.items() if key not in ("files", "label_types")]
+    rows.append(("label_types", json.dumps(meta.get("label_types", {}))))
+    rows.append(("size", f"{sum(f['bytes'] for f in meta.get('files', {}).values()) / 1e6:.1f} MB"))
+    msg.table(rows, title=str(meta_path.parent), divider=True)
+
+
+if __name__ == "__main__":
+    sys.exit(app())

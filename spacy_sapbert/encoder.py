@@ -1,0 +1,195 @@
+"""Embed names and mentions with a Hugging Face encoder ([CLS] or mean pooling)."""
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModel, AutoTokenizer
+
+logger = logging.getLogger(__name__)
+
+POOLINGS = ("cls", "mean")
+# Written beside a trained model so that `pooling="auto"` knows how it was trained.
+POOLING_FILE = "sapbert_pooling.json"
+DEVICES = ("cpu", "cuda", "auto")
+# Encodes shorter than this many texts get no progress bar.
+PROGRESS_MIN_TEXTS = 5000
+
+
+def _one_thread_after_fork() -> None:
+    torch.set_num_threads(1)
+
+
+# A forked child (spaCy's `nlp.pipe(n_process=…)`) hangs in its first OpenMP region if the
+# parent already ran one; a single intra-op thread never enters one, and the processes
+# already give the parallelism.
+os.register_at_fork(after_in_child=_one_thread_after_fork)
+
+
+class EncoderError(ValueError):
+    """The encoder cannot be loaded or configured as asked."""
+
+
+def detect_pooling(model_dir: Path) -> str:
+    """The pooling a model directory records, or "cls" (SapBERT's) when it records none."""
+    ours = model_dir / POOLING_FILE
+    if ours.exists():
+        return json.loads(ours.read_text())["pooling"]
+    sentence_transformers = model_dir / "1_Pooling" / "config.json"
+    if sentence_transformers.exists():
+        config = json.loads(sentence_transformers.read_text())
+        if config.get("pooling_mode_mean_tokens"):
+            return "mean"
+    return "cls"
+
+
+def resolve_device(device: str) -> torch.device:
+    """Turn "cpu", "cuda", "cuda:1" or "auto" into a torch device."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise EncoderError(
+            f"device={device!r} was asked for but no CUDA GPU is available; use 'cpu' or 'auto'."
+        )
+    if device != "cpu" and not device.startswith("cuda"):
+        raise EncoderError(f"Unknown device {device!r}; use one of {', '.join(DEVICES)}.")
+    return torch.device(device)
+
+
+class Encoder:
+    """A Hugging Face encoder that turns texts into L2-normalised vectors.
+
+    model: a local directory or a Hugging Face model name.
+    pooling: "cls" ([CLS] token, as SapBERT), "mean" (mean of token vectors, as
+        sentence-transformers models such as all-MiniLM-L6-v2 were trained), or "auto": what
+        the model directory records (our `sapbert_pooling.json`, or sentence-transformers'
+        `1_Pooling/config.json`), else "cls".
+    max_length: tokens per text; longer texts are truncated.
+    device: "cpu", "cuda" or "auto". On a GPU the weights run in fp16.
+    batch_size: texts per forward pass.
+    """
+
+    def __init__(
+        self,
+        model: Union[str, Path],
+        pooling: str = "auto",
+        max_length: int = 25,
+        device: str = "cpu",
+        batch_size: int = 256,
+    ):
+        local = Path(model).expanduser()
+        if pooling == "auto":
+            pooling = detect_pooling(local)
+        if pooling not in POOLINGS:
+            raise EncoderError(f"Unknown pooling {pooling!r}; use one of {', '.join(POOLINGS)}.")
+        if max_length < 2:
+            raise EncoderError(f"max_length must be at least 2 tokens, not {max_length}.")
+        self.name_or_path = str(model)
+        self.pooling = pooling
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.device = resolve_device(device)
+        if local.exists() and not (local / "config.json").exists():
+            raise EncoderError(
+                f"{local} has no config.json, so it is not a Hugging Face model directory; "
+                "point `model` at the folder that holds config.json and the weights."
+            )
+        source = str(local) if local.exists() else str(model)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(source)
+            self.model = AutoModel.from_pretrained(source)
+        except OSError as err:
+            raise EncoderError(
+                f"Could not load the encoder {model!r} ({str(err).splitlines()[0]}); give a local "
+                "model directory, or a Hugging Face name when the hub is reachable."
+            ) from None
+        self.model.eval()
+        self._fingerprint = self._compute_fingerprint()
+        if self.device.type == "cuda":
+            self.model.half()
+        self.model.to(self.device)
+
+    @property
+    def dim(self) -> int:
+        """The dimension of the vectors."""
+        return int(self.model.config.hidden_size)
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the weights, the tokenizer, the pooling and max_length: two encoders with
+        the same fingerprint give the same vectors."""
+        return self._fingerprint
+
+    def _compute_fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().to(torch.float32).cpu().contiguous().numpy().tobytes())
+        vocab = sorted(self.tokenizer.get_vocab().items())
+        digest.update(repr(vocab).encode())
+        digest.update(type(self.tokenizer).__name__.encode())
+        digest.update(repr(self.tokenizer("Fingerprint ÄB-12 test")["input_ids"]).encode())
+        digest.update(f"pooling={self.pooling};max_length={self.max_length}".encode())
+        return digest.hexdigest()[:16]
+
+    def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        mask = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+    @torch.inference_mode()
+    def encode(self, texts: Sequence[str], show_progress: Optional[bool] = None) -> np.ndarray:
+        """Embed texts; return a float32 array (len(texts), dim) of unit vectors.
+
+        Texts are sorted by length so each batch pads little; the result keeps the input order.
+        """
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not len(texts):
+            return out
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        if show_progress is None:
+            show_progress = len(texts) >= PROGRESS_MIN_TEXTS
+        starts = range(0, len(texts), self.batch_size)
+        for start in tqdm(starts, desc="encoding", unit="batch", disable=not show_progress):
+            rows = order[start : start + self.batch_size]
+            batch = self.tokenizer(
+                [texts[i] or " " for i in rows],
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                return_tensors="pt",
+            ).to(self.device)
+            hidden = self.model(**batch).last_hidden_state
+            vectors = self._pool(hidden, batch["attention_mask"]).float()
+            vectors = torch.nn.functional.normalize(vectors, dim=-1)
+            out[rows] = vectors.cpu().numpy()
+        return out
+
+    def save(self, path: Union[str, Path]) -> Path:
+        """Write the model and tokenizer to a directory, copying a local model's files as they
+        are; return the directory."""
+        path = Path(path)
+        source = Path(self.name_or_path).expanduser()
+        if source.is_dir():
+            if source.resolve() != path.resolve():
+                shutil.copytree(source, path, dirs_exist_ok=True)
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+        (path / POOLING_FILE).write_text(json.dumps({"pooling": self.pooling}) + "\n")
+        return path
+
+    def __repr__(self) -> str:
+        return (
+            f"Encoder({self.name_or_path!r}, pooling={self.pooling!r}, "
+            f"max_length={self.max_length}, device={str(self.device)!r})"
+        )
+

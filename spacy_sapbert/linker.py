@@ -1,0 +1,311 @@
+"""The `sapbert_linker` pipe: link `doc.ents` to ontology concepts by embedding search."""
+import logging
+import re
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+
+import srsly
+from spacy.language import Language
+from spacy.pipeline import Pipe
+from spacy.tokens import Doc, Span
+from spacy.util import minibatch
+
+from .defaults import DEFAULT, resolve_index, resolve_model
+from .index import Candidates, ConceptIndex, ConceptIndexError
+
+logger = logging.getLogger(__name__)
+
+MODEL_DIR = "model"
+INDEX_DIR = "index"
+CFG_FILE = "cfg.json"
+
+
+@Language.factory(
+    "sapbert_linker",
+    assigns=["doc.ents", "span._.cui", "span._.cui_score", "span._.kb_ents"],
+    default_config={
+        "model": DEFAULT,
+        "index": DEFAULT,
+        "k": 10,
+        "threshold": 0.5,
+        "max_entities_per_mention": 5,
+        "resolve_abbreviations": True,
+        "labels": [],
+        "label_types": None,
+        "batch_size": 256,
+        "pooling": "auto",
+        "max_length": 25,
+        "device": "cpu",
+        "cui_attr": "cui",
+        "score_attr": "cui_score",
+        "candidates_attr": "kb_ents",
+    },
+)
+def make_sapbert_linker(
+    nlp: Language,
+    name: str,
+    model: str,
+    index: str,
+    k: int,
+    threshold: float,
+    max_entities_per_mention: int,
+    resolve_abbreviations: bool,
+    labels: List[str],
+    label_types: Optional[Dict[str, List[str]]],
+    batch_size: int,
+    pooling: str,
+    max_length: int,
+    device: str,
+    cui_attr: str,
+    score_attr: str,
+    candidates_attr: str,
+) -> "SapBERTLinker":
+    """Create the linker; it loads nothing until `initialize`, `from_disk` or first use.
+
+    model: "default" (the bundled model), a local model directory or a Hugging Face name.
+    index: "default" (the bundled MeSH index) or an index directory from `build-index`.
+    k: concepts retrieved per mention.
+    threshold: a mention whose best score is below this gets `cui` None (NIL).
+    max_entities_per_mention: length of `kb_ents`.
+    resolve_abbreviations: link the long form of abbreviations found by scispaCy's
+        AbbreviationDetector (`doc._.abbreviations`).
+    labels: entity labels to link; empty links every entity.
+    label_types: entity label → allowed concept type prefixes (e.g. {"Disease": ["C", "F03"]});
+        None takes the index's own mapping, {} restricts nothing.
+    batch_size: documents per batch in `pipe` (their mentions are encoded together).
+    pooling, max_length, device: encoder settings ("auto" pooling reads the model's own).
+    cui_attr, score_attr, candidates_attr: names of the Span extensions set.
+    """
+    return SapBERTLinker(
+        nlp.vocab, name=name, model=model, index=index, k=k, threshold=threshold,
+        max_entities_per_mention=max_entities_per_mention,
+        resolve_abbreviations=resolve_abbreviations, labels=labels, label_types=label_types,
+        batch_size=batch_size, pooling=pooling, max_length=max_length, device=device,
+        cui_attr=cui_attr, score_attr=score_attr, candidates_attr=candidates_attr,
+    )
+
+
+def _register_extensions(cui_attr: str, score_attr: str, candidates_attr: str) -> None:
+    for attr, default in ((cui_attr, None), (score_attr, None), (candidates_attr, [])):
+        if not Span.has_extension(attr):
+            Span.set_extension(attr, default=default)
+
+
+def expand_abbreviations(text: str, abbreviations: Dict[str, str]) -> str:
+    """Replace each short form that stands as a whole word in `text` by its long form."""
+    if not abbreviations:
+        return text
+    if text in abbreviations:
+        return abbreviations[text]
+    pattern = r"(?<!\w)(" + "|".join(re.escape(s) for s in sorted(abbreviations, key=len, reverse=True)) + r")(?!\w)"
+    return re.sub(pattern, lambda m: abbreviations[m.group(0)], text)
+
+
+class SapBERTLinker(Pipe):
+    """Link entities to concepts: embed each mention, search the concept index, set
+    `span._.cui`, `span._.cui_score`, `span._.kb_ents` and `span.kb_id_`."""
+
+    def __init__(
+        self,
+        vocab,
+        name: str = "sapbert_linker",
+        *,
+        model: str = DEFAULT,
+        index: str = DEFAULT,
+        k: int = 10,
+        threshold: float = 0.5,
+        max_entities_per_mention: int = 5,
+        resolve_abbreviations: bool = True,
+        labels: Iterable[str] = (),
+        label_types: Optional[Dict[str, List[str]]] = None,
+        batch_size: int = 256,
+        pooling: str = "auto",
+        max_length: int = 25,
+        device: str = "cpu",
+        cui_attr: str = "cui",
+        score_attr: str = "cui_score",
+        candidates_attr: str = "kb_ents",
+    ):
+        if k < 1 or max_entities_per_mention < 1:
+            raise ValueError(
+                f"k ({k}) and max_entities_per_mention ({max_entities_per_mention}) must be at "
+                "least 1; set them in the sapbert_linker config."
+            )
+        self.vocab = vocab
+        self.name = name
+        self.model_name = model
+        self.index_name = index
+        self.k = k
+        self.threshold = threshold
+        self.max_entities_per_mention = max_entities_per_mention
+        self.resolve_abbreviations = resolve_abbreviations
+        self.link_labels = list(labels)
+        self.label_types = label_types
+        self.batch_size = batch_size
+        self.pooling = pooling
+        self.max_length = max_length
+        self.device = device
+        self.cui_attr = cui_attr
+        self.score_attr = score_attr
+        self.candidates_attr = candidates_attr
+        self.encoder = None
+        self.index: Optional[ConceptIndex] = None
+        _register_extensions(cui_attr, score_attr, candidates_attr)
+
+    # -- loading --------------------------------------------------------------------------
+
+    @property
+    def kb(self):
+        """The knowledge base of the index (`cui_to_entity`, `alias_to_cuis`)."""
+        self._ensure_loaded()
+        return self.index.kb
+
+    def _load(self, model: Union[str, Path], index: Union[str, Path]) -> None:
+        from .encoder import Encoder  # torch is imported only when a model is loaded
+
+        self.encoder = Encoder(
+            resolve_model(str(model)), pooling=self.pooling, max_length=self.max_length,
+            device=self.device, batch_size=self.batch_size,
+        )
+        index_path = resolve_index(str(index), self.encoder)
+        self.index = ConceptIndex.load(index_path, encoder=self.encoder)
+        self._check_label_types()
+
+    def _ensure_loaded(self) -> None:
+        if self.index is None:
+            self._load(self.model_name, self.index_name)
+
+    def _effective_label_types(self) -> Dict[str, List[str]]:
+        if self.label_types is None:
+            return self.index.meta.get("label_types", {}) if self.index else {}
+        return self.label_types
+
+    def _check_label_types(self) -> None:
+        for label, prefixes in self._effective_label_types().items():
+            if prefixes and self.index._selector(prefixes)[1] == 0:
+                raise ConceptIndexError(
+                    f"label_types maps {label!r} to types {prefixes}, but no concept in the index "
+                    f"{self.index.meta.get('kb_name')!r} has such a type; fix label_types or set "
+                    "it to {} to search every concept."
+                )
+
+    def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None) -> None:
+        """Load the model and the index (building the default index on first use)."""
+        self._load(self.model_name, self.index_name)
+
+    # -- linking --------------------------------------------------------------------------
+
+    def _mention_text(self, ent: Span, abbreviations: Dict[str, str]) -> str:
+        text = ent.text
+        if self.resolve_abbreviations and abbreviations:
+            text = expand_abbreviations(text, abbreviations)
+        return text
+
+    @staticmethod
+    def _abbreviations(doc: Doc) -> Dict[str, str]:
+        if not Doc.has_extension("abbreviations"):
+            return {}
+        found = {}
+        for short in doc._.abbreviations or []:
+            long_form = getattr(short._, "long_form", None) if Span.has_extension("long_form") else None
+            if long_form is not None:
+                found.setdefault(short.text, long_form.text)
+        return found
+
+    def predict(self, docs: List[Doc]) -> List[List[Optional[Candidates]]]:
+        """Candidates for every entity of every doc (None for entities whose label is not
+        linked), from one encoder call over the batch's distinct mention texts."""
+        self._ensure_loaded()
+        label_types = self._effective_label_types()
+        wanted: List[List[Optional[Tuple[str, Tuple[str, ...]]]]] = []
+        for doc in docs:
+            abbreviations = self._abbreviations(doc) if self.resolve_abbreviations else {}
+            keys = []
+            for ent in doc.ents:
+                if self.link_labels and ent.label_ not in self.link_labels:
+                    keys.append(None)
+                    continue
+                types = tuple(label_types.get(ent.label_, ()))
+                keys.append((self._mention_text(ent, abbreviations), types))
+            wanted.append(keys)
+        distinct = sorted({key for keys in wanted for key in keys if key is not None})
+        texts = sorted({text for text, _ in distinct})
+        vectors = self.encoder.encode(texts)
+        row_of = {text: i for i, text in enumerate(texts)}
+        found: Dict[Tuple[str, Tuple[str, ...]], Candidates] = {}
+        by_types: Dict[Tuple[str, ...], List[str]] = {}
+        for text, types in distinct:
+            by_types.setdefault(types, []).append(text)
+        for types, group in by_types.items():
+            rows = [row_of[t] for t in group]
+            results = self.index.search(vectors[rows], k=self.k, type_prefixes=types or None)
+            for text, candidates in zip(group, results):
+                found[(text, types)] = candidates
+        return [[found[key] if key is not None else None for key in keys] for keys in wanted]
+
+    def set_annotations(self, docs: List[Doc], candidates: List[List[Optional[Candidates]]]) -> None:
+        """Set `kb_id_`, then the Span extensions (in that order: a span's extension values
+        are keyed by its kb_id, so setting them first would lose them)."""
+        for doc, doc_candidates in zip(docs, candidates):
+            kept: List[Optional[Candidates]] = []
+            new_ents = []
+            for ent, cands in zip(doc.ents, doc_candidates):
+                if cands is None:
+                    kept.append(None)
+                    new_ents.append(ent)
+                    continue
+                cands = [(c, s) for c, s in cands if s >= self.threshold][: self.max_entities_per_mention]
+                kept.append(cands)
+                kb_id = cands[0][0] if cands else ""
+                new_ents.append(Span(doc, ent.start, ent.end, label=ent.label, kb_id=kb_id))
+            doc.ents = new_ents
+            for ent, cands in zip(doc.ents, kept):
+                if cands is None:
+                    continue
+                ent._.set(self.candidates_attr, cands)
+                ent._.set(self.cui_attr, cands[0][0] if cands else None)
+                ent._.set(self.score_attr, cands[0][1] if cands else None)
+
+    def __call__(self, doc: Doc) -> Doc:
+        self.set_annotations([doc], self.predict([doc]))
+        return doc
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: Optional[int] = None) -> Iterator[Doc]:
+        for docs in minibatch(stream, size=batch_size or self.batch_size):
+            self.set_annotations(docs, self.predict(docs))
+            yield from docs
+
+    # -- serialisation --------------------------------------------------------------------
+
+    def _cfg(self) -> dict:
+        return {
+            "pooling": self.encoder.pooling if self.encoder else self.pooling,
+            "max_length": self.max_length,
+        }
+
+    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
+        """Write the model and the index into `path`, so the pipeline needs neither original."""
+        self._ensure_loaded()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.encoder.save(path / MODEL_DIR)
+        self.index.save(path / INDEX_DIR)
+        srsly.write_json(path / CFG_FILE, self._cfg())
+
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "SapBERTLinker":
+        """Load the model and index written by `to_disk`."""
+        path = Path(path)
+        if not (path / MODEL_DIR).exists() or not (path / INDEX_DIR).exists():
+            raise ConceptIndexError(
+                f"{path} lacks the {MODEL_DIR}/ and {INDEX_DIR}/ folders that sapbert_linker "
+                "writes; save the pipeline again with nlp.to_disk."
+            )
+        cfg = srsly.read_json(path / CFG_FILE) if (path / CFG_FILE).exists() else {}
+        self.pooling = cfg.get("pooling", self.pooling)
+        self._load(path / MODEL_DIR, path / INDEX_DIR)
+        return self
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        raise NotImplementedError(
+            "sapbert_linker is saved as a directory (model and index); use nlp.to_disk."
+        )

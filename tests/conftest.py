@@ -1,0 +1,133 @@
+"""Shared fixtures: a tiny BERT and a tiny ontology, built once per session."""
+import string
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# Tiny ontology: MeSH-like ids and tree numbers, so label_types can restrict candidates.
+TINY_CONCEPTS = [
+    {"concept_id": "D003924", "canonical_name": "Diabetes Mellitus, Type 2",
+     "aliases": ["type 2 diabetes", "NIDDM", "non-insulin-dependent diabetes mellitus"],
+     "types": ["C18.452.394.750.149", "C19.246.300"]},
+    {"concept_id": "D003922", "canonical_name": "Diabetes Mellitus, Type 1",
+     "aliases": ["type 1 diabetes", "IDDM", "insulin-dependent diabetes mellitus"],
+     "types": ["C19.246.267"]},
+    {"concept_id": "D000140", "canonical_name": "Acidosis, Lactic", "aliases": ["lactic acidosis"],
+     "types": ["C18.452.076.176.451"]},
+    {"concept_id": "D008687", "canonical_name": "Metformin", "aliases": ["dimethylbiguanide", "glucophage"],
+     "types": ["D02.078.370.141.450"]},
+    {"concept_id": "D002945", "canonical_name": "Cisplatin", "aliases": ["cis-diamminedichloroplatinum", "platinol"],
+     "types": ["D01.210.375", "D01.710.100"]},
+    {"concept_id": "D058186", "canonical_name": "Acute Kidney Injury", "aliases": ["acute renal failure", "acute kidney failure"],
+     "types": ["C12.777.419.780.050"]},
+    {"concept_id": "D006973", "canonical_name": "Hypertension", "aliases": ["high blood pressure"],
+     "types": ["C14.907.489"]},
+    {"concept_id": "D001241", "canonical_name": "Aspirin", "aliases": ["acetylsalicylic acid"],
+     "types": ["D02.241.223.100.050"]},
+    {"concept_id": "D003920", "canonical_name": "Diabetes Mellitus", "aliases": ["diabetes"],
+     "types": ["C18.452.394.750", "C19.246"]},
+    {"concept_id": "D009369", "canonical_name": "Neoplasms", "aliases": ["tumour", "tumor", "cancer"],
+     "types": ["C04"]},
+]
+
+
+def _tiny_vocab():
+    words = set()
+    for concept in TINY_CONCEPTS:
+        for name in [concept["canonical_name"]] + concept["aliases"]:
+            words.update(w.strip(string.punctuation) for w in name.lower().replace("-", " ").split())
+    chars = list(string.ascii_lowercase + string.digits + string.punctuation) + ["é", "ü", "α", "β"]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars + ["##" + c for c in chars]
+    return vocab + sorted(w for w in words if w and w not in vocab)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A 2-layer, 32-d BERT with a small uncased WordPiece vocabulary, saved to disk.
+
+    It records mean pooling: a randomly initialised BERT's [CLS] vectors are all alike.
+    """
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    from spacy_sapbert.encoder import POOLING_FILE
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    vocab_file = path / "vocab.txt"
+    vocab_file.write_text("\n".join(_tiny_vocab()) + "\n")
+    tokenizer = BertTokenizerFast(vocab=str(vocab_file), do_lower_case=True)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+        initializer_range=0.2,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    (path / POOLING_FILE).write_text('{"pooling": "mean"}\n')
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_kb_file(tmp_path_factory) -> Path:
+    """The tiny ontology as scispaCy KB JSONL."""
+    import json
+
+    path = tmp_path_factory.mktemp("kb") / "tiny_kb.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in TINY_CONCEPTS))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_kb(tiny_kb_file):
+    from spacy_sapbert.kb import read_jsonl
+
+    return read_jsonl(tiny_kb_file, name="tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tiny_model):
+    from spacy_sapbert.encoder import Encoder
+
+    return Encoder(tiny_model, batch_size=4)
+
+
+@pytest.fixture(scope="session")
+def tiny_index_dir(tiny_kb, tiny_encoder, tmp_path_factory) -> Path:
+    """A flat index over the tiny ontology, saved, with MeSH-style label types."""
+    from spacy_sapbert.defaults import MESH_LABEL_TYPES
+    from spacy_sapbert.index import ConceptIndex
+
+    index = ConceptIndex.build(tiny_kb, tiny_encoder)
+    index.meta["label_types"] = MESH_LABEL_TYPES
+    return index.save(tmp_path_factory.mktemp("tiny-index"))
+
+
+def ruler_nlp(patterns):
+    """A blank English pipeline whose entity ruler tags `patterns` [(label, text), …]."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
+    ruler.add_patterns([{"label": label, "pattern": text} for label, text in patterns])
+    return nlp
+
+
+DEMO_PATTERNS = [
+    ("Disease", "type 2 diabetes"), ("Disease", "lactic acidosis"), ("Chemical", "metformin"),
+    ("Chemical", "cisplatin"), ("Disease", "acute renal failure"), ("Disease", "NIDDM"),
+    ("Disease", "non-insulin-dependent diabetes mellitus"), ("Disease", "tumour"),
+]
+
+
+@pytest.fixture
+def linked_nlp(tiny_model, tiny_index_dir):
+    """A ruler + sapbert_linker pipeline over the tiny model and index."""
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config={
+        "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0, "k": 5,
+    })
+    nlp.initialize()
+    return nlp

@@ -1,0 +1,46 @@
+import numpy as np
+import pytest
+
+from spacy_sapbert.encoder import Encoder, EncoderError, detect_pooling
+
+
+def test_vectors_are_unit_and_keep_input_order(tiny_encoder):
+    texts = ["lactic acidosis", "metformin", "non-insulin-dependent diabetes mellitus", "x"]
+    together = tiny_encoder.encode(texts)
+    assert together.shape == (4, tiny_encoder.dim) and together.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, rtol=1e-5)
+    # Batches are sorted by length internally; each row must still belong to its text.
+    one_by_one = np.vstack([tiny_encoder.encode([t]) for t in texts])
+    np.testing.assert_allclose(together, one_by_one, atol=1e-5)
+
+
+def test_pooling_changes_vectors_and_fingerprint(tiny_model):
+    cls, mean = Encoder(tiny_model, pooling="cls"), Encoder(tiny_model, pooling="mean")
+    assert not np.allclose(cls.encode(["metformin"]), mean.encode(["metformin"]))
+    assert cls.fingerprint != mean.fingerprint
+    assert cls.fingerprint == Encoder(tiny_model, pooling="cls").fingerprint
+    assert Encoder(tiny_model, pooling="cls", max_length=8).fingerprint != cls.fingerprint
+
+
+def test_auto_pooling_reads_the_model_directory(tiny_model, tmp_path):
+    assert detect_pooling(tiny_model) == "mean"
+    saved = Encoder(tiny_model, pooling="cls").save(tmp_path / "copy")
+    assert Encoder(saved).pooling == "cls"
+    assert detect_pooling(tmp_path) == "cls"
+
+
+def test_long_empty_and_unicode_texts(tiny_encoder):
+    vectors = tiny_encoder.encode(["tumour " * 150, "", "Ménière’s disease — αβ", "\u200b"])
+    assert np.isfinite(vectors).all()
+    assert tiny_encoder.encode([]).shape == (0, tiny_encoder.dim)
+
+
+def test_errors(tiny_model, tmp_path):
+    with pytest.raises(EncoderError, match=r"Unknown pooling 'max'; use one of cls, mean"):
+        Encoder(tiny_model, pooling="max")
+    with pytest.raises(EncoderError, match=r"has no config.json, so it is not a Hugging Face model directory"):
+        Encoder(tmp_path)
+    with pytest.raises(EncoderError, match=r"Unknown device 'tpu'"):
+        Encoder(tiny_model, device="tpu")
+    with pytest.raises(EncoderError, match=r"max_length must be at least 2"):
+        Encoder(tiny_model, max_length=1)

@@ -1,0 +1,130 @@
+import filecmp
+
+import numpy as np
+import pytest
+
+from spacy_sapbert.encoder import Encoder
+from spacy_sapbert.index import FAISS_FILE, KB_FILE, META_FILE, ROWS_FILE, ConceptIndex, ConceptIndexError
+
+QUERIES = ["diabetes type two", "lactate acidosis", "platinum drug", "kidney failure", "tumor", "aspirin"]
+
+
+def brute_force(index, vectors, k, allowed=None):
+    """Top-k distinct concepts by exhaustive numpy search: a concept scores as its best name."""
+    names, cuis = index.kb.name_rows()
+    name_vectors = index.index.reconstruct_n(0, index.index.ntotal)
+    scores = vectors @ name_vectors.T
+    results = []
+    for row in scores:
+        best = {}
+        for score, cui in zip(row, cuis):
+            if allowed is None or cui in allowed:
+                best[cui] = max(best.get(cui, -np.inf), score)
+        results.append(sorted(best.items(), key=lambda item: -item[1])[:k])
+    return results
+
+
+@pytest.fixture(scope="module")
+def flat_index(tiny_kb, tiny_encoder):
+    return ConceptIndex.build(tiny_kb, tiny_encoder)
+
+
+@pytest.mark.parametrize("k", [1, 3, 10, 50])
+def test_flat_search_equals_brute_force(flat_index, tiny_encoder, k):
+    vectors = tiny_encoder.encode(QUERIES)
+    got = flat_index.search(vectors, k=k)
+    expected = brute_force(flat_index, vectors, k)
+    for got_row, expected_row in zip(got, expected):
+        assert [c for c, _ in got_row] == [c for c, _ in expected_row]
+        np.testing.assert_allclose([s for _, s in got_row], [s for _, s in expected_row], atol=1e-5)
+        assert len({c for c, _ in got_row}) == len(got_row) == min(k, len(flat_index.kb))
+
+
+def test_type_restriction_equals_brute_force(flat_index, tiny_encoder):
+    vectors = tiny_encoder.encode(QUERIES)
+    chemicals = {c.concept_id for c in flat_index.kb if any(t.startswith("D") for t in c.types)}
+    got = flat_index.search(vectors, k=5, type_prefixes=["D"])
+    expected = brute_force(flat_index, vectors, 5, allowed=chemicals)
+    assert [[c for c, _ in row] for row in got] == [[c for c, _ in row] for row in expected]
+    assert flat_index.search(vectors, k=5, type_prefixes=["Z99"]) == [[] for _ in QUERIES]
+
+
+@pytest.fixture(scope="module")
+def large_kb(tiny_encoder):
+    """3,000 concepts with two made-up names each, from the tiny vocabulary's words."""
+    from spacy_sapbert.kb import Concept, KnowledgeBase
+
+    rng = np.random.default_rng(0)
+    words = [w for w in tiny_encoder.tokenizer.get_vocab() if w.isalpha() and len(w) > 3]
+    return KnowledgeBase(
+        Concept(f"X{i}", " ".join(rng.choice(words, 3)), [" ".join(rng.choice(words, 2))], types=["X"])
+        for i in range(3000)
+    )
+
+
+# IVF-PQ keeps 8 bytes of a 32-d vector here, among near-duplicate made-up names; chance
+# recall is 0.003. Its recall on real 384-d MeSH vectors is measured in benchmarks/.
+@pytest.mark.parametrize("index_type,min_recall", [("sq8", 0.95), ("hnsw", 0.95), ("ivfpq", 0.4)])
+def test_compressed_indexes_recall_against_exact(large_kb, tiny_encoder, index_type, min_recall):
+    exact = ConceptIndex.build(large_kb, tiny_encoder)
+    approx = ConceptIndex.build(large_kb, tiny_encoder, index_type=index_type)
+    queries = tiny_encoder.encode([f"{c.canonical_name} x" for c in list(large_kb)[:100]])
+    truth = [{c for c, _ in row} for row in exact.search(queries, k=10)]
+    found = [{c for c, _ in row} for row in approx.search(queries, k=10)]
+    recall = np.mean([len(t & f) / len(t) for t, f in zip(truth, found)])
+    assert recall >= min_recall
+    assert all(len(row) == 10 for row in approx.search(queries, k=10, type_prefixes=["X"]))
+
+
+def test_round_trip_is_byte_identical(flat_index, tiny_encoder, tmp_path):
+    first = flat_index.save(tmp_path / "a")
+    loaded = ConceptIndex.load(first, encoder=tiny_encoder)
+    second = loaded.save(tmp_path / "b")
+    for name in (FAISS_FILE, ROWS_FILE, KB_FILE, META_FILE):
+        assert filecmp.cmp(first / name, second / name, shallow=False), name
+    vectors = tiny_encoder.encode(QUERIES)
+    assert loaded.search(vectors, k=4) == flat_index.search(vectors, k=4)
+
+
+def test_pickle_round_trip(flat_index, tiny_encoder):
+    import pickle
+
+    vectors = tiny_encoder.encode(QUERIES)
+    assert pickle.loads(pickle.dumps(flat_index)).search(vectors, k=3) == flat_index.search(vectors, k=3)
+
+
+def test_mismatched_model_is_refused(flat_index, tiny_model, tmp_path):
+    path = flat_index.save(tmp_path / "idx")
+    other = Encoder(tiny_model, pooling="cls")
+    with pytest.raises(ConceptIndexError, match=r"was built with model .* not with .*; rebuild it with `spacy-sapbert build-index`"):
+        ConceptIndex.load(path, encoder=other)
+
+
+def test_truncated_and_corrupted_files_are_refused(flat_index, tmp_path):
+    path = flat_index.save(tmp_path / "idx")
+    data = (path / FAISS_FILE).read_bytes()
+    (path / FAISS_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(ConceptIndexError, match=r"index\.faiss has \d+ bytes but \d+ were written, so it is truncated"):
+        ConceptIndex.load(path)
+    (path / FAISS_FILE).write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    with pytest.raises(ConceptIndexError, match=r"index\.faiss does not match the checksum"):
+        ConceptIndex.load(path)
+    (path / FAISS_FILE).unlink()
+    with pytest.raises(ConceptIndexError, match=r"index\.faiss is missing"):
+        ConceptIndex.load(path)
+
+
+def test_not_an_index_and_bad_queries(flat_index, tmp_path):
+    with pytest.raises(ConceptIndexError, match=r"is not a concept index \(no meta\.json\)"):
+        ConceptIndex.load(tmp_path)
+    with pytest.raises(ConceptIndexError, match=r"Query vectors have shape \(1, 7\), but the index holds 32-d"):
+        flat_index.search(np.zeros((1, 7), dtype=np.float32))
+    with pytest.raises(ConceptIndexError, match=r"Unknown index type 'lsh'"):
+        ConceptIndex.build(flat_index.kb, None, index_type="lsh")
+
+
+def test_meta_records_what_built_it(flat_index, tiny_encoder):
+    meta = flat_index.meta
+    assert meta["model_fingerprint"] == tiny_encoder.fingerprint
+    assert (meta["pooling"], meta["max_length"], meta["dim"]) == ("mean", 25, 32)
+    assert (meta["n_concepts"], meta["n_names"]) == (10, len(flat_index))
