@@ -53,6 +53,10 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progre
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    if not verbose:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 @app.command("build-index")

@@ -126,8 +126,8 @@ DEMO_PATTERNS = [
 def linked_nlp(tiny_model, tiny_index_dir):
     """A ruler + sapbert_linker pipeline over the tiny model and index."""
     nlp = ruler_nlp(DEMO_PATTERNS)
-    nlp.add_pipe("sapbert_linker", config={
+    linker = nlp.add_pipe("sapbert_linker", config={
         "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0, "k": 5,
     })
-    nlp.initialize()
+    linker.initialize()  # nlp.initialize() would also reset the ruler's patterns
     return nlp

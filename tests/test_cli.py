@@ -1,0 +1,80 @@
+import json
+
+import pytest
+from conftest import DEMO_PATTERNS, ruler_nlp
+from typer.testing import CliRunner
+
+from spacy_sapbert.cli import app
+
+runner = CliRunner()
+
+
+def said(result) -> str:
+    """The command's output with wasabi's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
+@pytest.fixture(scope="module")
+def cli_index(tiny_model, tiny_kb_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "index"
+    result = runner.invoke(app, [
+        "build-index", "--kb", str(tiny_kb_file), "--format", "jsonl", "--model", str(tiny_model),
+        "--output", str(out), "--device", "cpu", "--label-types", '{"Disease": ["C"], "Chemical": ["D"]}',
+    ])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def ner_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ner") / "ruler"
+    ruler_nlp(DEMO_PATTERNS).to_disk(path)
+    return path
+
+
+def test_build_index_and_info(cli_index):
+    meta = json.loads((cli_index / "meta.json").read_text())
+    assert (meta["n_concepts"], meta["label_types"]["Chemical"]) == (10, ["D"])
+    result = runner.invoke(app, ["info", str(cli_index)])
+    assert result.exit_code == 0 and "model_fingerprint" in said(result) and meta["model_fingerprint"] in said(result)
+
+
+def test_link_text_prints_a_table(cli_index, ner_dir, tiny_model):
+    result = runner.invoke(app, [
+        "link", "Lactic acidosis after metformin.", "--ner", str(ner_dir), "--model", str(tiny_model),
+        "--index", str(cli_index), "--threshold", "-1",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "D008687" in result.output and "Metformin" in result.output and "canonical name" in said(result)
+
+
+def test_link_jsonl_in_and_out(cli_index, ner_dir, tiny_model, tmp_path):
+    source = tmp_path / "docs.jsonl"
+    source.write_text(json.dumps({"id": 1, "text": "metformin"}) + "\n\n" + json.dumps({"id": 2, "text": ""}) + "\n")
+    target = tmp_path / "linked.jsonl"
+    result = runner.invoke(app, [
+        "link", "--input", str(source), "--output", str(target), "--ner", str(ner_dir),
+        "--model", str(tiny_model), "--index", str(cli_index), "--threshold", "-1",
+    ])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in target.read_text().splitlines()]
+    assert [r["id"] for r in records] == [1, 2]
+    assert records[0]["entities"][0]["cui"] == "D008687" and records[1]["entities"] == []
+
+
+def test_link_errors(cli_index, ner_dir, tiny_model, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{"txt": "no"}\n')
+    result = runner.invoke(app, ["link", "--input", str(bad), "--ner", str(ner_dir), "--model", str(tiny_model), "--index", str(cli_index)])
+    assert result.exit_code == 1 and 'bad.jsonl:2: expected a JSON object with a string "text"' in said(result)
+    result = runner.invoke(app, ["link"])
+    assert result.exit_code == 1 and "Give either a TEXT argument or --input FILE" in said(result)
+
+
+def test_build_index_reports_malformed_kb(tiny_model, tmp_path):
+    kb = tmp_path / "dict.txt"
+    kb.write_text("D1||fever\nD2 fever\n")
+    result = runner.invoke(app, ["build-index", "--kb", str(kb), "--format", "biosyn", "--model", str(tiny_model), "--output", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "dict.txt:2: expected 'id||name'" in said(result)
+    result = runner.invoke(app, ["info", str(tmp_path)])
+    assert result.exit_code == 1 and "holds no concept index" in said(result)

@@ -1,0 +1,157 @@
+import pickle
+import shutil
+
+import pytest
+import spacy
+from conftest import DEMO_PATTERNS, ruler_nlp
+
+from spacy_sapbert.index import ConceptIndexError
+from spacy_sapbert.linker import expand_abbreviations
+
+TEXT = "Patients with type 2 diabetes developed lactic acidosis after metformin; a tumour grew."
+
+
+def test_sets_scispacy_shaped_attributes(linked_nlp):
+    doc = linked_nlp(TEXT)
+    by_text = {ent.text: ent for ent in doc.ents}
+    assert set(by_text) == {"type 2 diabetes", "lactic acidosis", "metformin", "tumour"}
+    for ent in doc.ents:
+        assert ent.kb_id_ == ent._.cui
+        assert ent._.kb_ents[0] == (ent._.cui, ent._.cui_score)
+        assert 1 <= len(ent._.kb_ents) <= 5
+        scores = [s for _, s in ent._.kb_ents]
+        assert scores == sorted(scores, reverse=True)
+        assert len({c for c, _ in ent._.kb_ents}) == len(ent._.kb_ents)
+    # A mention equal to a KB name finds that name's concept.
+    assert by_text["lactic acidosis"]._.cui == "D000140"
+    assert by_text["metformin"]._.cui == "D008687"
+    assert by_text["tumour"]._.cui == "D009369"
+
+
+def test_label_types_restrict_candidates(linked_nlp):
+    doc = linked_nlp(TEXT)
+    kb = linked_nlp.get_pipe("sapbert_linker").kb
+    for ent in doc.ents:
+        prefixes = ("D",) if ent.label_ == "Chemical" else ("C", "F03")
+        for cui, _ in ent._.kb_ents:
+            assert any(t.startswith(prefixes) for t in kb.cui_to_entity[cui].types), (ent.text, cui)
+
+
+def test_threshold_gives_nil(tiny_model, tiny_index_dir):
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 1.01})
+    ent = nlp(TEXT).ents[0]
+    assert ent._.cui is None and ent._.cui_score is None and ent._.kb_ents == [] and ent.kb_id_ == ""
+
+
+def test_only_configured_labels_are_linked(tiny_model, tiny_index_dir):
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "labels": ["Chemical"]})
+    doc = nlp(TEXT)
+    assert [e.text for e in doc.ents if e._.cui] == ["metformin"]
+    assert all(e._.kb_ents == [] for e in doc.ents if e.label_ == "Disease")
+
+
+def test_label_types_that_match_nothing_are_refused(tiny_model, tiny_index_dir):
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config={
+        "model": str(tiny_model), "index": str(tiny_index_dir), "label_types": {"Disease": ["T047"]},
+    })
+    with pytest.raises(ConceptIndexError, match=r"label_types maps 'Disease' to types \['T047'\], but no concept"):
+        nlp.get_pipe("sapbert_linker").initialize()
+
+
+def test_abbreviations_resolve_to_long_form(tiny_model, tiny_index_dir):
+    import scispacy.abbreviation  # noqa: F401
+
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("abbreviation_detector")
+    config = {"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0}
+    nlp.add_pipe("sapbert_linker", config=config)
+    text = "Acute renal failure (ARF) was seen. Later ARF recurred."
+    nlp.get_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "ARF"}])
+    doc = nlp(text)
+    arf = [e for e in doc.ents if e.text == "ARF"]
+    assert len(arf) == 2 and all(e._.cui == "D058186" for e in arf)
+    assert all(e._.cui_score == pytest.approx(doc.ents[0]._.cui_score, abs=1e-5) for e in arf)
+
+
+def test_expand_abbreviations_whole_words_only():
+    abbreviations = {"ARF": "acute renal failure", "DM": "diabetes mellitus"}
+    assert expand_abbreviations("ARF", abbreviations) == "acute renal failure"
+    assert expand_abbreviations("type 2 DM", abbreviations) == "type 2 diabetes mellitus"
+    assert expand_abbreviations("DMARF", abbreviations) == "DMARF"
+
+
+def test_batches_encode_once_per_batch(linked_nlp):
+    linker = linked_nlp.get_pipe("sapbert_linker")
+    calls = []
+    original = linker.encoder.encode
+    linker.encoder.encode = lambda texts, **kw: calls.append(list(texts)) or original(texts, **kw)
+    docs = list(linked_nlp.pipe([TEXT, "metformin and cisplatin", "", "No entities here."] * 3, batch_size=50))
+    linker.encoder.encode = original
+    assert len(calls) == 1
+    # Repeated mentions are encoded once.
+    assert sorted(calls[0]) == sorted(set(calls[0]))
+    assert [e._.cui for e in docs[1].ents] == ["D008687", "D002945"]
+
+
+def test_empty_no_entities_long_and_unicode(linked_nlp):
+    assert linked_nlp("").ents == ()
+    assert linked_nlp("Nothing to link.").ents == ()
+    nlp = linked_nlp
+    long_text = "tumour " + "x" * 1000
+    doc = nlp.make_doc(long_text)
+    doc.ents = [doc.char_span(0, len(long_text), label="Disease")]
+    doc = nlp.get_pipe("sapbert_linker")(doc)
+    assert doc.ents[0]._.cui is not None
+    doc = nlp("Ménière’s syndrome 😷 and type 2 diabetes — αβ.")
+    assert [e._.cui for e in doc.ents] == ["D003924"]
+
+
+def test_round_trip_survives_deleting_sources(tiny_model, tiny_index_dir, tmp_path):
+    model, index = tmp_path / "model", tmp_path / "index"
+    shutil.copytree(tiny_model, model)
+    shutil.copytree(tiny_index_dir, index)
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config={"model": str(model), "index": str(index), "threshold": -1.0})
+    before = [(e.text, e._.kb_ents) for e in nlp(TEXT).ents]
+    nlp.to_disk(tmp_path / "pipeline")
+    shutil.rmtree(model)
+    shutil.rmtree(index)
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert [(e.text, e._.kb_ents) for e in loaded(TEXT).ents] == before
+    assert loaded.get_pipe("sapbert_linker").kb.cui_to_entity["D008687"].canonical_name == "Metformin"
+
+
+def test_from_disk_without_model_is_refused(tmp_path):
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("sapbert_linker")
+    with pytest.raises(ConceptIndexError, match=r"lacks the model/ and index/ folders"):
+        linker.from_disk(tmp_path)
+
+
+def test_pickle_and_two_processes(linked_nlp):
+    linker = pickle.loads(pickle.dumps(linked_nlp.get_pipe("sapbert_linker")))
+    assert linker.index is not None
+    expected = [[e._.cui for e in doc.ents] for doc in linked_nlp.pipe([TEXT] * 4)]
+    got = [[e._.cui for e in doc.ents] for doc in linked_nlp.pipe([TEXT] * 4, n_process=2, batch_size=2)]
+    assert got == expected
+
+
+def test_factory_is_cheap_and_registered_by_entry_point():
+    import subprocess
+    import sys
+
+    code = (
+        "import spacy, sys; nlp = spacy.blank('en'); p = nlp.add_pipe('sapbert_linker'); "
+        "assert p.index is None and p.encoder is None; "
+        "assert 'transformers' not in sys.modules, 'factory imported transformers'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_bad_config_is_refused():
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match=r"k \(0\) and max_entities_per_mention \(5\) must be at least 1"):
+        nlp.add_pipe("sapbert_linker", config={"k": 0})
