@@ -172,7 +172,7 @@ def link(
                 out.write(json.dumps({**record, "entities": rows}, ensure_ascii=False) + "\n")
             else:
                 table = [(r["text"], r["label"], r["cui"] or "NIL", r["name"] or "", r["score"]) for r in rows]
-                msg.table(table, header=("mention", "label", "concept", "canonical name", "score"), divider=True)
+                msg.table(table, header=("mention", "label", "concept", "canonical name", "score"), divider=True, max_col=60)
     finally:
         if out:
             out.close()
