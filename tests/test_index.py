@@ -64,7 +64,7 @@ def large_kb(tiny_encoder):
 
 # IVF-PQ keeps 8 bytes of a 32-d vector here, among near-duplicate made-up names; chance
 # recall is 0.003. Its recall on real 384-d MeSH vectors is measured in benchmarks/.
-@pytest.mark.parametrize("index_type,min_recall", [("sq8", 0.95), ("hnsw", 0.95), ("ivfpq", 0.4)])
+@pytest.mark.parametrize("index_type,min_recall", [("sq8", 0.9), ("hnsw", 0.9), ("ivfpq", 0.4)])
 def test_compressed_indexes_recall_against_exact(large_kb, tiny_encoder, index_type, min_recall):
     exact = ConceptIndex.build(large_kb, tiny_encoder)
     approx = ConceptIndex.build(large_kb, tiny_encoder, index_type=index_type)

@@ -1,0 +1,244 @@
+"""Entity-linking corpora: PubTator (NCBI-disease, BC5CDR), BioSyn `.concept` files, CADEC
+folds, and MayoSRS / UMNSRS relatedness pairs, read where ../shared/data keeps them."""
+import csv
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from spacy_sapbert.kb import Concept, KnowledgeBase, normalise_id
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, Path]
+UNLINKABLE = "-1"
+
+
+class CorpusFormatError(ValueError):
+    """A corpus file has a line the loader cannot read."""
+
+
+@dataclass
+class Mention:
+    """One annotated mention.
+
+    ids: gold concept ids, normalised ("D012345", "OMIM:123"); several for a composite mention.
+    composite: the ids were joined with '|' or '+' (the mention names several concepts).
+    """
+
+    doc_id: str
+    start: int
+    end: int
+    text: str
+    type: str
+    ids: List[str]
+    composite: bool = False
+
+
+@dataclass
+class Document:
+    doc_id: str
+    text: str
+    mentions: List[Mention] = field(default_factory=list)
+
+
+@dataclass
+class Corpus:
+    """Documents plus the count of mentions left out as unlinkable (`-1`)."""
+
+    documents: List[Document]
+    n_unlinkable: int = 0
+
+    @property
+    def mentions(self) -> List[Mention]:
+        return [m for doc in self.documents for m in doc.mentions]
+
+
+def split_ids(raw: str) -> Tuple[List[str], bool]:
+    """Gold ids of a mention: '|' or '+' join the parts of a composite mention."""
+    raw = raw.strip()
+    composite = "|" in raw or "+" in raw
+    ids = [normalise_id(i) for i in raw.replace("+", "|").split("|") if i.strip()]
+    return ids, composite
+
+
+def _lines(path: PathLike) -> Iterator[Tuple[int, str]]:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"Corpus file {path} does not exist; check --data-dir and --split.")
+    with path.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            yield line_no, line.rstrip("\r\n")
+
+
+def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None) -> Corpus:
+    """Read a PubTator file: `pmid|t|title`, `pmid|a|abstract`, then one
+    `pmid<TAB>start<TAB>end<TAB>mention<TAB>type<TAB>ids` line per mention; documents are
+    separated by blank lines. Relation lines (`pmid<TAB>CID<TAB>…`) are skipped.
+
+    types: keep mentions of these types (e.g. ["Disease"]); None keeps all.
+    """
+    ordered: List[Document] = []
+    # A corpus may repeat a document (NCBI train has PMID 8528200 twice): mentions belong to
+    # the latest document with their id, and both copies are kept.
+    documents: Dict[str, Document] = {}
+    titles: Dict[str, str] = {}
+    n_unlinkable = 0
+    for line_no, line in _lines(path):
+        if not line.strip():
+            continue
+        if "|t|" in line[:20] or "|a|" in line[:20]:
+            doc_id, kind, text = line.split("|", 2)
+            if kind == "t":
+                titles[doc_id] = text
+            else:
+                documents[doc_id] = Document(doc_id, titles.get(doc_id, "") + " " + text)
+                ordered.append(documents[doc_id])
+            continue
+        cols = line.split("\t")
+        if len(cols) == 4 and cols[1] in ("CID",):
+            continue
+        if len(cols) < 6 or not cols[1].isdigit() or not cols[2].isdigit():
+            raise CorpusFormatError(
+                f"{path}:{line_no}: expected 'pmid<TAB>start<TAB>end<TAB>mention<TAB>type<TAB>ids', "
+                f"but found {line[:80]!r}; fix that line."
+            )
+        doc_id, start, end, text, kind, raw_ids = cols[:6]
+        doc = documents.get(doc_id)
+        if doc is None:
+            raise CorpusFormatError(
+                f"{path}:{line_no}: mention of document {doc_id} comes before its title and "
+                "abstract lines; keep each document's lines together."
+            )
+        # The corpora's mention columns sometimes carry stray spaces; the offsets are the truth.
+        if doc.text[int(start) : int(end)].strip() != text.strip():
+            raise CorpusFormatError(
+                f"{path}:{line_no}: offsets {start}-{end} give {doc.text[int(start):int(end)]!r}, "
+                f"not the mention {text!r}; fix the offsets."
+            )
+        if types is not None and kind not in types:
+            continue
+        if raw_ids.strip() in (UNLINKABLE, ""):
+            n_unlinkable += 1
+            continue
+        ids, composite = split_ids(raw_ids)
+        text = doc.text[int(start) : int(end)]
+        doc.mentions.append(Mention(doc_id, int(start), int(end), text, kind, ids, composite))
+    if n_unlinkable:
+        logger.info("%s: left out %d unlinkable (-1) mentions.", path, n_unlinkable)
+    return Corpus(ordered, n_unlinkable)
+
+
+def read_concept_files(path: PathLike) -> Corpus:
+    """Read BioSyn's processed `.concept` files (a file or a folder of them):
+    `pmid||start|end||type||mention||ids`, one mention per line (no document text)."""
+    path = Path(path)
+    files = sorted(path.glob("*.concept")) if path.is_dir() else [path]
+    documents: Dict[str, Document] = {}
+    n_unlinkable = 0
+    for file in files:
+        for line_no, line in _lines(file):
+            if not line.strip():
+                continue
+            cols = line.split("||")
+            span = cols[1].split("|") if len(cols) == 5 else []
+            if len(span) != 2 or not all(s.isdigit() for s in span):
+                raise CorpusFormatError(
+                    f"{file}:{line_no}: expected 'pmid||start|end||type||mention||ids', but found "
+                    f"{line[:80]!r}; fix that line."
+                )
+            doc_id, _, kind, text, raw_ids = cols
+            if raw_ids.strip() == UNLINKABLE:
+                n_unlinkable += 1
+                continue
+            ids, composite = split_ids(raw_ids)
+            doc = documents.setdefault(doc_id, Document(doc_id, ""))
+            doc.mentions.append(Mention(doc_id, int(span[0]), int(span[1]), text, kind, ids, composite))
+    return Corpus(list(documents.values()), n_unlinkable)
+
+
+def read_cadec_pairs(path: PathLike) -> List[Mention]:
+    """Read a CADEC `train.txt`/`test.txt`: `SNOMED-CT-id<TAB>mention` per line."""
+    mentions = []
+    for line_no, line in _lines(path):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) != 2 or not cols[0].strip() or not cols[1].strip():
+            raise CorpusFormatError(
+                f"{path}:{line_no}: expected 'concept-id<TAB>mention', but found {line[:80]!r}; fix that line."
+            )
+        mentions.append(Mention(f"{Path(path).stem}:{line_no}", 0, len(cols[1]), cols[1], "ADR", [cols[0].strip()]))
+    return mentions
+
+
+def read_cadec_concepts(path: PathLike) -> KnowledgeBase:
+    """Read a CADEC `standard.txt` (`id<TAB>preferred name`) as a knowledge base."""
+    kb = KnowledgeBase(name="cadec-snomed")
+    for mention in read_cadec_pairs(path):
+        kb.add(Concept(mention.ids[0], mention.text, types=["SNOMED-CT"]))
+    return kb
+
+
+@dataclass
+class RelatednessPair:
+    term1: str
+    term2: str
+    score: float
+
+
+def read_mayosrs(path: PathLike) -> List[RelatednessPair]:
+    """Read MayoSRS / MiniMayoSRS CSV: `Mean, CUI1, CUI2, TERM1, TERM2` with a header row."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    pairs = []
+    for row_no, row in enumerate(rows, start=2):
+        try:
+            pairs.append(RelatednessPair(row["TERM1"], row["TERM2"], float(row["Mean"])))
+        except (KeyError, TypeError, ValueError):
+            raise CorpusFormatError(
+                f"{path}:{row_no}: expected Mean, CUI1, CUI2, TERM1, TERM2 columns; fix that row."
+            ) from None
+    return pairs
+
+
+def read_umnsrs(path: PathLike) -> List[RelatednessPair]:
+    """Read UMNSRS: `term1<TAB>term2<TAB>score` per line."""
+    pairs = []
+    for line_no, line in _lines(path):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        try:
+            pairs.append(RelatednessPair(cols[0], cols[1], float(cols[2])))
+        except (IndexError, ValueError):
+            raise CorpusFormatError(
+                f"{path}:{line_no}: expected 'term1<TAB>term2<TAB>score', but found {line[:80]!r}; fix that line."
+            ) from None
+    return pairs
+
+
+# Where each dataset lives under --data-dir (the layout of ../shared/data).
+PUBTATOR_FILES = {
+    "ncbi-disease": ("ncbi-disease/NCBI{}set_corpus.txt", {"train": "train", "dev": "develop", "test": "test"}, None),
+    "bc5cdr-disease": ("bc5cdr/CDR_{}Set.PubTator.txt", {"train": "Training", "dev": "Development", "test": "Test"}, ["Disease"]),
+    "bc5cdr-chemical": ("bc5cdr/CDR_{}Set.PubTator.txt", {"train": "Training", "dev": "Development", "test": "Test"}, ["Chemical"]),
+}
+RELATEDNESS_FILES = {
+    "mayosrs": ("relatedness/mayosrs/MayoSRS.csv", read_mayosrs),
+    "umnsrs": ("relatedness/umnsrs/umnsrs-rel.txt", read_umnsrs),
+}
+
+
+def load_pubtator_split(dataset: str, split: str, data_dir: PathLike) -> Corpus:
+    """One split of a PubTator dataset from the ../shared/data layout."""
+    pattern, names, types = PUBTATOR_FILES[dataset]
+    return read_pubtator(Path(data_dir) / pattern.format(names[split]), types=types)
+
+
+def cadec_fold(data_dir: PathLike, fold: int = 0) -> Path:
+    path = Path(data_dir) / "cadec" / f"CADEC_{fold}"
+    if not path.exists():
+        raise FileNotFoundError(f"CADEC fold {fold} is not at {path}; check --data-dir and --fold.")
+    return path

