@@ -146,20 +146,20 @@ def dictionary_additions(mentions: Sequence[Mention], protocol: str,
                          normalise: Optional[TextNormaliser] = None) -> List[Tuple[str, str]]:
     """(concept id, name) pairs that training mentions add to the dictionary.
 
-    A mention's text is added under each of its gold ids; under the standard protocol a
-    composite mention that splits into one part per id adds each part under its own id, and
-    every text is normalised.
+    lenient: each mention's raw text under each of its gold ids (a query is a whole mention,
+        right on any id, and whole composite strings recur between splits).
+    standard: the normalised text of mentions with a single gold id. Multi-id mentions are
+        left out: their parts cannot be paired with ids (the corpora do not order ids as the
+        text orders its parts), and a whole string under several ids only makes ties for the
+        split parts that standard queries are.
+    On NCBI dev with char 3-gram tf-idf these rules give the best Acc@1 of the variants tried
+    (lenient 83.6 vs 82.2 single-id only; standard 85.1 vs 83.1 all ids).
     """
     normalise = normalise or TextNormaliser()
     pairs = []
     for mention in mentions:
         if protocol == "lenient":
             pairs.extend((i, mention.text) for i in mention.ids)
-            continue
-        ids = composite_gold(mention.ids) if mention.composite else list(mention.ids)
-        parts = split_composite(mention.text, len(ids)) if mention.composite else [mention.text]
-        if len(parts) == len(ids):
-            pairs.extend((i, normalise(p)) for i, p in zip(ids, parts))
-        else:
-            pairs.extend((i, normalise(mention.text)) for i in ids)
+        elif len(mention.ids) == 1:
+            pairs.append((mention.ids[0], normalise(mention.text)))
     return [(i, text) for i, text in pairs if text]
