@@ -195,5 +195,23 @@ def info(path: Path = typer.Argument(..., help="An index directory, or a pipelin
     msg.table(rows, title=str(meta_path.parent), divider=True)
 
 
+# Other installed packages add commands through this entry-point group (the project's
+# training code adds `evaluate`), so the runtime never imports them itself.
+COMMAND_GROUP = "spacy_sapbert_commands"
+
+
+def _add_plugin_commands() -> None:
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=COMMAND_GROUP):
+        app.command(entry.name)(entry.load())
+
+
+def run() -> None:
+    """The `spacy-sapbert` console script: the runtime's commands plus installed plugins'."""
+    _add_plugin_commands()
+    app()
+
+
 if __name__ == "__main__":
-    sys.exit(app())
+    sys.exit(run())

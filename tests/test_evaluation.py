@@ -1,0 +1,172 @@
+import json
+
+import pytest
+
+from spacy_sapbert.kb import Concept, KnowledgeBase
+from training import datasets as ds
+from training.evaluate import Task, accuracy_at_k, evaluate_linking
+from training.protocol import (
+    TextNormaliser, build_queries, composite_gold, dictionary_additions, document_abbreviations,
+    split_composite,
+)
+from training.systems import CharTfidf, ExactMatch
+
+TITLE = "Duchenne muscular dystrophy (DMD) and breast and ovarian cancer."
+ABSTRACT = "DMD boys were studied. Ataxia-telangiectasia was absent."
+PUBTATOR = f"""111|t|{TITLE}
+111|a|{ABSTRACT}
+111\t0\t27\tDuchenne muscular dystrophy\tSpecificDisease\tD020388
+111\t29\t32\tDMD\tSpecificDisease\tMESH:D020388
+111\t38\t63\tbreast and ovarian cancer\tCompositeMention\tD001943|D010051
+111\t65\t68\tDMD\tSpecificDisease\tD020388+OMIM:310200
+111\t88\t109\tAtaxia-telangiectasia\tDisease\t-1
+111\tCID\tD000001\tD020388
+
+222|t|Second
+222|a|Doc.
+222\t0\t6\tSecond\tDisease\t208900
+"""
+
+
+@pytest.fixture
+def pubtator(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text(PUBTATOR)
+    return path
+
+
+def test_pubtator_ids_composites_and_unlinkable(pubtator):
+    corpus = ds.read_pubtator(pubtator)
+    assert [d.doc_id for d in corpus.documents] == ["111", "222"]
+    mentions = corpus.mentions
+    assert [m.text for m in mentions] == ["Duchenne muscular dystrophy", "DMD", "breast and ovarian cancer", "DMD", "Second"]
+    assert mentions[1].ids == ["D020388"] and not mentions[1].composite
+    assert mentions[2].ids == ["D001943", "D010051"] and mentions[2].composite
+    assert mentions[3].ids == ["D020388", "OMIM:310200"] and mentions[3].composite
+    assert mentions[4].ids == ["OMIM:208900"]
+    assert corpus.n_unlinkable == 1
+    assert ds.read_pubtator(pubtator, types=["CompositeMention"]).mentions[0].text == "breast and ovarian cancer"
+
+
+def test_pubtator_errors(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1|t|Title\n1|a|Text.\n1\t0\t5\tTitle\n")
+    with pytest.raises(ds.CorpusFormatError, match=r"bad\.txt:3: expected 'pmid<TAB>start<TAB>end"):
+        ds.read_pubtator(bad)
+    bad.write_text("1|t|Title\n1|a|Text.\n1\t0\t4\tTitle\tDisease\tD1\n")
+    with pytest.raises(ds.CorpusFormatError, match=r"bad\.txt:3: offsets 0-4 give 'Titl', not the mention 'Title'"):
+        ds.read_pubtator(bad)
+    with pytest.raises(FileNotFoundError, match=r"does not exist; check --data-dir"):
+        ds.read_pubtator(tmp_path / "missing.txt")
+
+
+def test_duplicate_documents_keep_all_mentions(tmp_path):
+    path = tmp_path / "dup.txt"
+    path.write_text("5|t|Fever\n5|a|x\n5\t0\t5\tFever\tD\tD1\n\n5|t|Fever\n5|a|x\n5\t0\t5\tFever\tD\tD1\n")
+    corpus = ds.read_pubtator(path)
+    assert len(corpus.documents) == 2 and len(corpus.mentions) == 2
+
+
+def test_concept_files_and_cadec(tmp_path):
+    (tmp_path / "1.concept").write_text("1||0|5||Disease||fever||D005334\n1||6|8||Disease||xx||-1\n")
+    corpus = ds.read_concept_files(tmp_path)
+    assert corpus.mentions[0].ids == ["D005334"] and corpus.n_unlinkable == 1
+    (tmp_path / "2.concept").write_text("1||0-5||Disease||fever||D1\n")
+    with pytest.raises(ds.CorpusFormatError, match=r"2\.concept:1: expected 'pmid\|\|start\|end"):
+        ds.read_concept_files(tmp_path)
+    standard = tmp_path / "standard.txt"
+    standard.write_text("279038004\tthoracic back pain\n162076009\texcessive gas\n")
+    kb = ds.read_cadec_concepts(standard)
+    assert kb.cui_to_entity["279038004"].canonical_name == "thoracic back pain"
+    pairs = tmp_path / "test.txt"
+    pairs.write_text("279038004\tpain in upper back\n162076009 gastritis\n")
+    with pytest.raises(ds.CorpusFormatError, match=r"test\.txt:2: expected 'concept-id<TAB>mention'"):
+        ds.read_cadec_pairs(pairs)
+
+
+def test_relatedness_readers(tmp_path):
+    mayo = tmp_path / "MayoSRS.csv"
+    mayo.write_text('"Mean","CUI1","CUI2","TERM1","TERM2"\n6.69,"C1","C2","difficulty walking","antalgic gait"\n')
+    assert ds.read_mayosrs(mayo)[0].score == 6.69
+    umn = tmp_path / "umnsrs.txt"
+    umn.write_text("carbatrol\tdilantin\t797.5\nbroken line\n")
+    with pytest.raises(ds.CorpusFormatError, match=r"umnsrs\.txt:2: expected 'term1<TAB>term2<TAB>score'"):
+        ds.read_umnsrs(umn)
+
+
+@pytest.mark.parametrize("text,n,parts", [
+    ("breast and ovarian cancer", 2, ["breast cancer", "ovarian cancer"]),
+    ("colorectal, endometrial, and ovarian cancers", 3, ["colorectal cancers", "endometrial cancers", "ovarian cancers"]),
+    ("carcinoma of the breast and ovary", 2, ["carcinoma of breast", "carcinoma of ovary"]),
+    ("deficiency of C6 and C7", 2, ["deficiency of C6 and C7"]),  # BioSyn's word pattern has no digits
+    ("breast/ovarian cancer", 2, ["breast", "ovarian cancer"]),
+    ("ataxia telangiectasia", 2, ["ataxia", "telangiectasia"]),
+    ("breast and ovarian cancer", 3, ["breast and ovarian cancer"]),
+    ("G6PD deficiency", 1, ["G6PD deficiency"]),
+])
+def test_split_composite(text, n, parts):
+    assert split_composite(text, n) == parts
+
+
+def test_composite_gold_drops_auxiliary_omim():
+    assert composite_gold(["D020388", "OMIM:310200"]) == ["D020388"]
+    assert composite_gold(["OMIM:1", "OMIM:2"]) == ["OMIM:1", "OMIM:2"]
+
+
+def test_normaliser():
+    normalise = TextNormaliser({"hemmorhage": "haemorrhage"})
+    assert normalise("Cerebral Hemmorhage (ICH), type-2") == "cerebral haemorrhage ich type 2"
+
+
+def test_standard_queries_resolve_abbreviations_and_split(pubtator):
+    corpus = ds.read_pubtator(pubtator)
+    abbreviations = document_abbreviations(corpus.documents)
+    assert abbreviations["111"] == {"DMD": "Duchenne muscular dystrophy"}
+    queries = build_queries(corpus.mentions, "standard", abbreviations)
+    assert queries[1].parts == ["duchenne muscular dystrophy"]
+    assert queries[2].parts == ["breast cancer", "ovarian cancer"] and queries[2].gold == ["D001943", "D010051"]
+    assert queries[3].gold == ["D020388"]
+    lenient = build_queries(corpus.mentions, "lenient")
+    assert lenient[1].parts == ["DMD"] and lenient[3].gold == ["D020388", "OMIM:310200"]
+
+
+def test_dictionary_additions_per_protocol(pubtator):
+    mentions = ds.read_pubtator(pubtator).mentions
+    assert ("D010051", "breast and ovarian cancer") in dictionary_additions(mentions, "lenient")
+    standard = dictionary_additions(mentions, "standard")
+    assert ("D020388", "dmd") in standard and all(i != "D010051" for i, _ in standard)
+
+
+def test_accuracy_at_k_by_hand():
+    rankings = [
+        [["A", "B"]],                 # right at 1
+        [["B", "A"]],                 # right at 2
+        [["A"], ["C", "D", "E"]],     # composite: second part right only at 3
+        [["X", "Y"]],                 # never right
+    ]
+    golds = [{"A"}, {"A"}, {"A", "E"}, {"A"}]
+    assert accuracy_at_k(rankings, golds, max_k=3) == [0.25, 0.5, 0.75]
+
+
+def test_evaluate_linking_end_to_end():
+    kb = KnowledgeBase([Concept("D1", "fever", ["pyrexia"]), Concept("D2", "headache", ["cephalalgia"]),
+                        Concept("C3", "Tooth agenesis", alt_ids=["OMIM:613097"])])
+    mentions = [ds.Mention("1", 0, 5, t, "Disease", ids) for t, ids in
+                [("fever", ["D1"]), ("Pyrexia", ["D1"]), ("cephalalgias", ["D2"]), ("tooth agenesis", ["OMIM:613097"])]]
+    task = Task(build_queries(mentions, "lenient"), kb)
+    exact = evaluate_linking(task, ExactMatch(kb))
+    assert exact["acc@1"] == 0.75 and exact["n"] == 4 and exact["n_gold_reachable"] == 4
+    assert evaluate_linking(task, CharTfidf(kb))["acc@1"] == 1.0
+
+
+def test_report_writes_summary_and_plot(tmp_path):
+    from training.report import plot_accuracy_at_k, write_summary
+
+    for system, acc in (("tfidf", 0.8), ("model", 0.9)):
+        metrics = {"dataset": "ncbi-disease", "split": "dev", "system": system, "protocol": "lenient", "n": 10,
+                   "acc@1": acc, "acc@5": 0.95, "acc@k": [acc] + [0.95] * 9, "n_gold_reachable": 10, "mentions_per_s": 100.0}
+        (tmp_path / f"{system}.json").write_text(json.dumps(metrics))
+    summary = write_summary(tmp_path).read_text()
+    assert "| ncbi-disease | dev | lenient | model | 10 | 90.0 | 95.0 | 10 | 100 |" in summary
+    [png] = plot_accuracy_at_k(tmp_path)
+    assert png.read_bytes()[:4] == b"\x89PNG"
