@@ -155,3 +155,15 @@ def test_bad_config_is_refused():
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match=r"k \(0\) and max_entities_per_mention \(5\) must be at least 1"):
         nlp.add_pipe("sapbert_linker", config={"k": 0})
+
+
+@pytest.mark.slow
+def test_default_model_and_index_link_out_of_the_box():
+    """The real default: all-MiniLM-L6-v2 and the MeSH C/F03/D index (built once, cached)."""
+    from spacy_sapbert.demo import demo_pipeline
+
+    nlp = demo_pipeline()
+    doc = nlp("Patients with NIDDM developed lactic acidosis after metformin.")
+    links = {e.text: e._.cui for e in doc.ents}
+    assert links["lactic acidosis"] == "D000140" and links["metformin"] == "D008687"
+    assert nlp.get_pipe("sapbert_linker").kb.cui_to_entity["D008687"].canonical_name == "Metformin"
