@@ -51,9 +51,11 @@ class Concept:
         return [self.canonical_name] + list(self.aliases)
 
     def to_dict(self) -> dict:
-        """The concept as a JSON-serialisable dict (scispaCy's JSONL keys plus ours)."""
+        """The concept as a JSON-serialisable dict: scispaCy's five keys always (its
+        `Entity` requires them), ours only when set."""
         data = asdict(self)
-        return {key: value for key, value in data.items() if value not in (None, [])}
+        scispacy_keys = ("concept_id", "canonical_name", "aliases", "types", "definition")
+        return {key: value for key, value in data.items() if key in scispacy_keys or value not in (None, [])}
 
 
 def _unique(items: Iterable[str]) -> List[str]:

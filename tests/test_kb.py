@@ -52,6 +52,14 @@ def test_jsonl_round_trip(tmp_path, tiny_kb):
     assert [c.to_dict() for c in again] == [c.to_dict() for c in tiny_kb]
 
 
+def test_jsonl_is_readable_by_scispacy(tmp_path):
+    from scispacy.linking_utils import KnowledgeBase as ScispacyKB
+
+    kb = KnowledgeBase([Concept("C1", "fever"), Concept("C2", "headache", ["cephalalgia"], ["T184"], "Pain.")])
+    scispacy_kb = ScispacyKB(str(write_jsonl(kb, tmp_path / "kb.jsonl")))
+    assert scispacy_kb.cui_to_entity["C1"].aliases == [] and scispacy_kb.alias_to_cuis["cephalalgia"] == {"C2"}
+
+
 @pytest.mark.parametrize("line,match", [
     ('{"concept_id": "C1", "canonical_name": "x"', r"bad\.jsonl:2: expected a JSON object"),
     ('{"canonical_name": "x"}', r"bad\.jsonl:2: expected a JSON object with string \"concept_id\""),
