@@ -22,6 +22,9 @@ class KBFormatError(ValueError):
     """A knowledge-base file has a line the loader cannot read."""
 
 
+SCISPACY_KEYS = ("concept_id", "canonical_name", "aliases", "types", "definition")
+
+
 @dataclass
 class Concept:
     """One ontology concept.
@@ -50,12 +53,14 @@ class Concept:
         """The canonical name followed by the aliases."""
         return [self.canonical_name] + list(self.aliases)
 
-    def to_dict(self) -> dict:
-        """The concept as a JSON-serialisable dict: scispaCy's five keys always (its
-        `Entity` requires them), ours only when set."""
+    def to_dict(self, scispacy: bool = False) -> dict:
+        """The concept as a JSON-serialisable dict: scispaCy's five keys always, ours
+        (alt_ids, xrefs, broader) when set, unless `scispacy` asks for exactly its keys
+        (its `Entity` requires all five and refuses others)."""
         data = asdict(self)
-        scispacy_keys = ("concept_id", "canonical_name", "aliases", "types", "definition")
-        return {key: value for key, value in data.items() if key in scispacy_keys or value not in (None, [])}
+        if scispacy:
+            return {key: data[key] for key in SCISPACY_KEYS}
+        return {key: value for key, value in data.items() if key in SCISPACY_KEYS or value not in (None, [])}
 
 
 def _unique(items: Iterable[str]) -> List[str]:
@@ -236,13 +241,14 @@ def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
     return _finish(kb, path)
 
 
-def write_jsonl(kb: KnowledgeBase, path: PathLike) -> Path:
-    """Write a knowledge base as scispaCy-compatible JSONL; return the path."""
+def write_jsonl(kb: KnowledgeBase, path: PathLike, scispacy: bool = False) -> Path:
+    """Write a knowledge base as JSONL; return the path. `scispacy=True` writes exactly
+    scispaCy's keys, for its `KnowledgeBase`; else our extra ids are kept too."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as handle:
         for concept in kb:
-            handle.write(json.dumps(concept.to_dict(), ensure_ascii=False) + "\n")
+            handle.write(json.dumps(concept.to_dict(scispacy=scispacy), ensure_ascii=False) + "\n")
     return path
 
 

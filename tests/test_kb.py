@@ -55,8 +55,8 @@ def test_jsonl_round_trip(tmp_path, tiny_kb):
 def test_jsonl_is_readable_by_scispacy(tmp_path):
     from scispacy.linking_utils import KnowledgeBase as ScispacyKB
 
-    kb = KnowledgeBase([Concept("C1", "fever"), Concept("C2", "headache", ["cephalalgia"], ["T184"], "Pain.")])
-    scispacy_kb = ScispacyKB(str(write_jsonl(kb, tmp_path / "kb.jsonl")))
+    kb = KnowledgeBase([Concept("C1", "fever", alt_ids=["OMIM:1"]), Concept("C2", "headache", ["cephalalgia"], ["T184"], "Pain.")])
+    scispacy_kb = ScispacyKB(str(write_jsonl(kb, tmp_path / "kb.jsonl", scispacy=True)))
     assert scispacy_kb.cui_to_entity["C1"].aliases == [] and scispacy_kb.alias_to_cuis["cephalalgia"] == {"C2"}
 
 

@@ -176,7 +176,7 @@ class ScispacyLinker(LinkingSystem):
         kb_file = folder / "kb.jsonl"
         folder.mkdir(parents=True, exist_ok=True)
         if not kb_file.exists():
-            write_jsonl(kb, kb_file)
+            write_jsonl(kb, kb_file, scispacy=True)
         scispacy_kb = ScispacyKB(str(kb_file))
         timing = folder / "build_seconds.json"
         paths = cg.LinkerPaths.from_directory(folder)
