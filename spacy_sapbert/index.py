@@ -3,6 +3,7 @@ import hashlib
 import json
 import logging
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -116,6 +117,7 @@ class ConceptIndex:
             )
         if len(kb) == 0:
             raise ConceptIndexError(f"Knowledge base {kb.name!r} has no concepts, so there is nothing to index.")
+        start = time.perf_counter()
         names, cuis = kb.name_rows()
         position = {cui: i for i, cui in enumerate(kb.cui_to_entity)}
         rows = np.array([position[c] for c in cuis], dtype=np.int32)
@@ -133,6 +135,7 @@ class ConceptIndex:
             "kb_version": kb.version,
             "n_concepts": len(kb),
             "n_names": len(names),
+            "build_seconds": round(time.perf_counter() - start, 1),
         }
         return cls(kb, index, rows, meta)
 
