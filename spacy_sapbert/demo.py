@@ -1,6 +1,5 @@
 """The demo pipeline behind `spacy-sapbert link`: NER, abbreviations, linker."""
 import logging
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import spacy
@@ -84,9 +83,9 @@ def demo_pipeline(
     if "sentencizer" not in nlp.pipe_names and not nlp.has_pipe("parser") and not nlp.has_pipe("senter"):
         nlp.add_pipe("sentencizer", first=True)
     config = {"model": model, "index": index, **(linker_config or {})}
-    linker = nlp.add_pipe("sapbert_linker", config=config)
-    linker.initialize()
+    pipe = nlp.add_pipe("sapbert_linker", config=config)
+    pipe.initialize()
     if ner is None:
-        add_dictionary_ner(nlp, linker.index.kb, linker.index.meta.get("label_types", {}))
+        add_dictionary_ner(nlp, pipe.index.kb, pipe.index.meta.get("label_types", {}))
     add_abbreviation_detector(nlp)
     return nlp

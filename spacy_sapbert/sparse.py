@@ -43,12 +43,11 @@ class SparseConceptIndex:
         for start in range(0, len(texts), QUERY_BLOCK):
             scores = self.score_rows(texts[start : start + QUERY_BLOCK])
             for row in scores:
-                best: Dict[int, float] = {}
                 k_rows = min(n_rows, max(8 * k, 64))
                 while True:
                     top = np.argpartition(-row, k_rows - 1)[:k_rows] if k_rows < n_rows else np.arange(n_rows)
                     top = top[np.argsort(-row[top], kind="stable")]
-                    best = {}
+                    best: Dict[int, float] = {}
                     for r in top:
                         if row[r] <= 0:
                             break

