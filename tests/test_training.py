@@ -1,0 +1,312 @@
+"""The training objective, config, batches and loop: brute-force checks, a loss that falls,
+exact resume after SIGKILL, and DDP on two CPU processes."""
+import itertools
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.loop import (
+    PairBatches, TrainConfig, Trainer, TrainingConfigError, latest_checkpoint,
+)
+from training.objective import ObjectiveConfig, ObjectiveError, SelfAlignmentObjective
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def random_batch(seed=0, n_concepts=6, per_concept=4, dim=8):
+    generator = torch.Generator().manual_seed(seed)
+    embeddings = torch.randn(n_concepts * per_concept, dim, generator=generator)
+    labels = torch.arange(n_concepts).repeat_interleave(per_concept)
+    return embeddings, labels
+
+
+def brute_force_triplets(embeddings, labels, margin):
+    """Every (anchor, positive, negative) whose negative is not `margin` farther than the
+    positive, in Euclidean distance between unit vectors."""
+    unit = torch.nn.functional.normalize(embeddings, dim=1).double()
+    found = set()
+    n = len(labels)
+    for a, p, q in itertools.product(range(n), repeat=3):
+        if a == p or labels[a] != labels[p] or labels[q] == labels[a]:
+            continue
+        if (unit[a] - unit[q]).norm() - (unit[a] - unit[p]).norm() <= margin:
+            found.add((a, p, q))
+    return found
+
+
+def brute_force_ms_loss(embeddings, triplets, alpha, beta, base):
+    """Multi-Similarity loss over the pairs the triplets contain, averaged over all anchors."""
+    unit = torch.nn.functional.normalize(embeddings, dim=1).double()
+    sim = unit @ unit.T
+    n = len(embeddings)
+    positives = {(a, p) for a, p, _ in triplets}
+    negatives = {(a, q) for a, _, q in triplets}
+    total = 0.0
+    for i in range(n):
+        pos = [float(sim[i, j]) for (a, j) in positives if a == i]
+        neg = [float(sim[i, j]) for (a, j) in negatives if a == i]
+        total += math.log(1 + sum(math.exp(-alpha * (s - base)) for s in pos)) / alpha
+        total += math.log(1 + sum(math.exp(beta * (s - base)) for s in neg)) / beta
+    return total / n
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.2, 1.0])
+def test_miner_keeps_exactly_the_margin_violating_triplets(margin):
+    embeddings, labels = random_batch()
+    objective = SelfAlignmentObjective(ObjectiveConfig(miner_margin=margin))
+    a, p, n = objective.miner(embeddings, labels)
+    mined = set(zip(a.tolist(), p.tolist(), n.tolist()))
+    assert mined == brute_force_triplets(embeddings, labels, margin)
+    assert len(mined) == len(a)  # no duplicates
+
+
+@pytest.mark.parametrize("constants", [(2.0, 50.0, 0.5), (1.0, 60.0, 0.5)])
+def test_multi_similarity_loss_matches_brute_force(constants):
+    alpha, beta, base = constants
+    embeddings, labels = random_batch(seed=1)
+    objective = SelfAlignmentObjective(ObjectiveConfig(alpha=alpha, beta=beta, base=base))
+    loss, n_triplets = objective(embeddings, labels)
+    triplets = brute_force_triplets(embeddings, labels, 0.2)
+    assert n_triplets == len(triplets) > 0
+    assert float(loss) == pytest.approx(brute_force_ms_loss(embeddings, triplets, alpha, beta, base), rel=1e-5)
+
+
+def test_loss_without_miner_uses_every_pair():
+    embeddings, labels = random_batch(seed=2)
+    loss, n_triplets = SelfAlignmentObjective(ObjectiveConfig(miner="none"))(embeddings, labels)
+    n = len(labels)
+    every = {(a, p, q) for a, p, q in itertools.product(range(n), repeat=3)
+             if a != p and labels[a] == labels[p] and labels[q] != labels[a]}
+    assert n_triplets == -1
+    assert float(loss) == pytest.approx(brute_force_ms_loss(embeddings, every, 1.0, 60.0, 0.5), rel=1e-5)
+
+
+def test_a_batch_that_meets_the_margin_mines_nothing_and_costs_nothing():
+    labels = torch.tensor([0, 0, 1, 1])
+    embeddings = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    loss, n_triplets = SelfAlignmentObjective(ObjectiveConfig())(embeddings, labels)
+    assert n_triplets == 0 and float(loss) == 0.0
+
+
+def test_unknown_loss_or_miner_is_refused():
+    with pytest.raises(ObjectiveError, match="Unknown loss 'arcface'"):
+        SelfAlignmentObjective(ObjectiveConfig(loss="arcface"))
+    with pytest.raises(ObjectiveError, match="Unknown miner 'random'"):
+        SelfAlignmentObjective(ObjectiveConfig(miner="random"))
+
+
+# -- config ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["pretrain.cfg", "pretrain-paper.cfg", "finetune.cfg"])
+def test_shipped_configs_load_with_overrides(name):
+    config = TrainConfig.from_disk(REPO / "configs" / name, {"training.max_steps": 2, "model.name_or_path": "x"})
+    assert config.training.max_steps == 2 and config.model.name_or_path == "x"
+    assert config.objective.miner_margin == 0.2
+
+
+def test_paper_and_official_constants_differ_only_in_alpha_beta():
+    official = TrainConfig.from_disk(REPO / "configs" / "pretrain.cfg").to_dict()
+    paper = TrainConfig.from_disk(REPO / "configs" / "pretrain-paper.cfg").to_dict()
+    assert (official["objective"]["alpha"], official["objective"]["beta"]) == (1.0, 60.0)
+    assert (paper["objective"]["alpha"], paper["objective"]["beta"]) == (2.0, 50.0)
+    paper["objective"].update(alpha=1.0, beta=60.0)
+    assert paper == official
+
+
+def test_config_errors_name_the_file_and_setting(tmp_path):
+    bad = tmp_path / "bad.cfg"
+    bad.write_text("[training]\nbatchsize = 3\n")
+    with pytest.raises(TrainingConfigError, match=r"bad.cfg: \[training\] has no setting 'batchsize'"):
+        TrainConfig.from_disk(bad)
+    bad.write_text("[trainer]\nseed = 1\n")
+    with pytest.raises(TrainingConfigError, match=r"unknown section \[trainer\]"):
+        TrainConfig.from_disk(bad)
+    bad.write_text("[training]\namp = \"fp8\"\n")
+    with pytest.raises(TrainingConfigError, match="amp must be one of"):
+        TrainConfig.from_disk(bad)
+
+
+# -- batches -----------------------------------------------------------------------------
+
+def make_pairs(n_concepts=10, per_concept=3):
+    return [(f"C{c}", f"name {c} {i}", f"other {c} {i}") for c in range(n_concepts) for i in range(per_concept)]
+
+
+def test_batches_are_a_function_of_seed_and_index():
+    pairs = make_pairs()
+    first, second = PairBatches(pairs, 4, seed=3), PairBatches(pairs, 4, seed=3)
+    for index in [5, 0, 17, 5]:
+        names_a, labels_a = first[index]
+        names_b, labels_b = second[index]
+        assert names_a == names_b and torch.equal(labels_a, labels_b)
+    assert first[0][0] != PairBatches(pairs, 4, seed=4)[0][0]
+
+
+def test_an_epoch_visits_each_pair_once_and_names_carry_their_concept():
+    pairs = make_pairs()
+    batches = PairBatches(pairs, 5, seed=0)
+    seen = []
+    for index in range(batches.per_epoch):
+        names, labels = batches[index]
+        half = len(names) // 2
+        seen += names[:half]
+        for name, other, label in zip(names[:half], names[half:], labels[:half]):
+            assert name.split()[1] == other.split()[1]
+            assert torch.equal(labels[: half], labels[half:])
+    assert sorted(seen) == sorted(p[1] for p in pairs)
+
+
+def test_ranks_split_each_global_batch_without_overlap():
+    pairs = make_pairs()
+    ranks = [PairBatches(pairs, 3, seed=0, rank=r, world_size=2) for r in range(2)]
+    single = PairBatches(pairs, 6, seed=0)
+    for index in range(3):
+        together = ranks[0][index][0][:3] + ranks[1][index][0][:3]
+        assert sorted(together) == sorted(single[index][0][:6])
+
+
+# -- the loop ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_pairs(tmp_path_factory, tiny_kb):
+    """Every synonym pair of the tiny ontology, as a pairs file."""
+    path = tmp_path_factory.mktemp("pairs") / "pairs.txt"
+    lines = []
+    for concept in tiny_kb:
+        for a, b in itertools.combinations(concept.names, 2):
+            lines.append(f"{concept.concept_id}||{a}||{b}\n")
+    path.write_text("".join(lines))
+    return path
+
+
+def tiny_config(tiny_model, **training):
+    settings = dict(batch_size=64, max_steps=20, lr=1e-3, log_every=1, save_every=100, device="cpu", seed=0)
+    settings.update(training)
+    return TrainConfig.from_dict({
+        "model": {"name_or_path": str(tiny_model), "pooling": "mean"},
+        "training": settings,
+    })
+
+
+def read_metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_twenty_steps_on_a_fixed_batch_lower_the_loss(tiny_model, tiny_pairs, tmp_path):
+    # One batch holds every pair, so each step sees the same names; a random tiny BERT
+    # starts with all names alike and needs a large rate to separate them in 20 steps.
+    final = Trainer(tiny_config(tiny_model, lr=1e-2), tiny_pairs, tmp_path).train()
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == list(range(1, 21))
+    first, last = rows[:5], rows[-5:]
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    assert sum(r["loss"] for r in last) < 0.98 * sum(r["loss"] for r in first)
+    assert sum(r["triplets"] for r in last) < sum(r["triplets"] for r in first)
+    record = json.loads((final / "training.json").read_text())
+    assert record["steps"] == 20 and record["n_concepts"] == 10
+    # The saved model links with the runtime encoder and keeps its pooling.
+    from spacy_sapbert.encoder import Encoder
+
+    encoder = Encoder(final)
+    assert encoder.pooling == "mean" and encoder.encode(["diabetes"]).shape == (1, 32)
+
+
+RUN_SCRIPT = """
+import os, signal, sys
+import torch
+torch.set_num_threads(1)
+from training.loop import TrainConfig, Trainer
+model, pairs, output, mode = sys.argv[1:5]
+config = TrainConfig.from_dict({{
+    "model": {{"name_or_path": model, "pooling": "mean"}},
+    "training": dict(batch_size=8, grad_accum=2, max_steps=8, lr=1e-3, save_every=2, log_every=1,
+                     device="cpu", seed=7),
+}})
+def die(step, loss):
+    if mode == "kill" and step == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+Trainer(config, pairs, output, step_callback=die).train(resume=mode == "resume")
+"""
+
+
+def run_script(*args):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-c", RUN_SCRIPT.format(), *map(str, args)],
+                          capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def test_a_run_killed_with_sigkill_resumes_to_the_same_weights(tiny_model, tiny_pairs, tmp_path):
+    from safetensors.torch import load_file
+
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    assert run_script(tiny_model, tiny_pairs, whole, "full").returncode == 0
+    killed = run_script(tiny_model, tiny_pairs, broken, "kill")
+    assert killed.returncode == -signal.SIGKILL
+    assert latest_checkpoint(broken).name == "step-00000004"
+    assert not (broken / "model").exists()
+    resumed = run_script(tiny_model, tiny_pairs, broken, "resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    expected = load_file(whole / "model" / "model.safetensors")
+    got = load_file(broken / "model" / "model.safetensors")
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+    # The killed run's metric lines after its checkpoint are replaced, not doubled.
+    timing = ("steps_per_s", "elapsed_s")
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]
+    assert strip(read_metrics(broken)) == strip(read_metrics(whole))
+    # Only the most recent checkpoints are kept.
+    assert sorted(p.name for p in (broken / "checkpoints").iterdir()) == ["step-00000006", "step-00000008"]
+
+
+def test_resume_with_another_process_count_is_refused(tiny_model, tiny_pairs, tmp_path):
+    Trainer(tiny_config(tiny_model, max_steps=2, save_every=1), tiny_pairs, tmp_path).train()
+    state_file = latest_checkpoint(tmp_path) / "state.pt"
+    state = torch.load(state_file, weights_only=False)
+    state["world_size"] = 4
+    torch.save(state, state_file)
+    with pytest.raises(TrainingConfigError, match="written by 4 processes, not 1"):
+        Trainer(tiny_config(tiny_model, max_steps=3), tiny_pairs, tmp_path).train(resume=True)
+
+
+def test_two_process_ddp_on_cpu(tiny_model, tiny_pairs, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+           "-m", "training.pretrain", "--pairs", str(tiny_pairs), "--output", str(tmp_path),
+           "--model", str(tiny_model), "--model.pooling", "mean", "--training.device", "cpu",
+           "--training.batch_size", "4", "--training.max_steps", "3", "--training.save_every", "2",
+           "--training.log_every", "1"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((tmp_path / "model" / "training.json").read_text())
+    assert record["hardware"].startswith("2 ×") and record["names_per_step"] == 2 * 4 * 2
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    state = torch.load(tmp_path / "checkpoints" / "step-00000002" / "state.pt", weights_only=False)
+    assert state["world_size"] == 2 and len(state["rng"]) == 2
+
+
+def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, tiny_pairs, tmp_path):
+    from safetensors.torch import load_file
+
+    from spacy_sapbert.encoder import Encoder
+    from training.package import package_model
+
+    final = Trainer(tiny_config(tiny_model, max_steps=2), tiny_pairs, tmp_path / "run").train()
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    (metrics / "summary.md").write_text("# Evaluation summary\n\n| ncbi-disease | dev | 90.0 |\n")
+    packaged = package_model(final, tmp_path / "package", metrics)
+    weights = load_file(packaged / "model.safetensors")
+    assert {t.dtype for t in weights.values()} == {torch.float16}
+    card = (packaged / "MODEL_CARD.md").read_text()
+    assert "Steps: 2 of 128 names" in card and "| ncbi-disease | dev | 90.0 |" in card and "Apache-2.0" in card
+    fp32, fp16 = Encoder(final), Encoder(packaged)
+    assert fp16.pooling == "mean"
+    assert float((fp32.encode(["lactic acidosis"]) * fp16.encode(["lactic acidosis"])).sum()) > 0.99

@@ -1,0 +1,574 @@
+"""One training loop for self-alignment pretraining and fine-tuning.
+
+Pairs of synonyms (`cui||name1||name2`) are read in seeded, epoch-wise shuffled batches; both
+names are embedded, labelled with their concept, and fed to the objective. The loop runs on one
+CPU, one GPU, or several processes under `torchrun` (DDP; NCCL on GPUs, gloo on CPUs). It
+checkpoints model, optimizer, scheduler, scaler, every RNG and the step every `save_every`
+steps; the data position follows from the step, so `resume` continues exactly where a killed
+run stopped and ends with the same weights as an uninterrupted run.
+"""
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import platform
+import random
+import re
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from thinc.api import Config
+from tqdm.auto import tqdm
+from transformers import AutoModel, AutoTokenizer
+
+from spacy_sapbert.encoder import POOLINGS, POOLING_FILE, detect_pooling, resolve_device
+
+from .objective import ObjectiveConfig, SelfAlignmentObjective
+from .pairs import read_pairs
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, Path]
+AMP_MODES = ("auto", "bf16", "fp16", "none")
+CHECKPOINT_DIR = "checkpoints"
+STATE_FILE = "state.pt"
+METRICS_FILE = "metrics.jsonl"
+RUN_FILE = "training.json"
+
+
+class TrainingConfigError(ValueError):
+    """A training config or its overrides cannot be used."""
+
+
+@dataclass
+class ModelConfig:
+    """The `[model]` section: which encoder to train and how it pools.
+
+    name_or_path: a local model directory or a Hugging Face name.
+    pooling: "cls" ([CLS] token, SapBERT's), "mean", or "auto": what the model directory
+        records (sentence-transformers models such as all-MiniLM-L6-v2 record mean), else cls.
+    max_length: tokens per name; longer names are truncated.
+    """
+
+    name_or_path: str = ""
+    pooling: str = "auto"
+    max_length: int = 25
+
+
+@dataclass
+class OptimConfig:
+    """The `[training]` section.
+
+    batch_size: pairs per micro-batch in each process (256 pairs = 512 names).
+    grad_accum: micro-batches per optimizer step.
+    max_steps: optimizer steps; 0 lets `epochs` decide.
+    epochs: passes over the pairs when max_steps is 0.
+    lr, weight_decay, warmup_steps: AdamW with a linear warm-up, then a constant rate.
+    amp: "auto" (bf16 on GPUs that have it, else fp16 with a gradient scaler; none on CPU),
+        "bf16", "fp16" or "none".
+    compile: wrap the encoder in torch.compile.
+    device: "auto", "cpu" or "cuda" (under torchrun each process takes its local GPU).
+    seed: seeds the data order and every RNG.
+    save_every: checkpoint every this many steps (and always at the end).
+    keep_checkpoints: how many recent checkpoints to keep.
+    log_every: write a metrics line every this many steps.
+    """
+
+    batch_size: int = 256
+    grad_accum: int = 1
+    max_steps: int = 0
+    epochs: int = 1
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    amp: str = "auto"
+    compile: bool = False
+    device: str = "auto"
+    seed: int = 0
+    save_every: int = 1000
+    keep_checkpoints: int = 2
+    log_every: int = 10
+
+
+@dataclass
+class TrainConfig:
+    """A whole training recipe: model, objective and optimisation."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    training: OptimConfig = field(default_factory=OptimConfig)
+
+    @classmethod
+    def from_disk(cls, path: PathLike, overrides: Optional[Dict[str, object]] = None) -> "TrainConfig":
+        """Read a config file (spaCy's .cfg syntax) with dotted overrides such as
+        {"training.max_steps": 2}; unknown sections or keys are refused."""
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"Training config {path} does not exist; see configs/ for the recipes.")
+        try:
+            raw = Config().from_disk(path, overrides=overrides or {}, interpolate=True)
+        except Exception as err:  # thinc raises several error types for bad files and overrides
+            raise TrainingConfigError(f"{path}: the config cannot be read ({err}); fix it or the override.") from None
+        return cls.from_dict(raw, where=str(path))
+
+    @classmethod
+    def from_dict(cls, raw: dict, where: str = "config") -> "TrainConfig":
+        sections = {f.name: f.type for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for name, values in raw.items():
+            if name not in sections:
+                raise TrainingConfigError(
+                    f"{where}: unknown section [{name}]; use {', '.join('[' + s + ']' for s in sections)}."
+                )
+            section_cls = {"model": ModelConfig, "objective": ObjectiveConfig, "training": OptimConfig}[name]
+            known = {f.name for f in dataclasses.fields(section_cls)}
+            unknown = sorted(set(values) - known)
+            if unknown:
+                raise TrainingConfigError(
+                    f"{where}: [{name}] has no setting {unknown[0]!r}; known settings are {', '.join(sorted(known))}."
+                )
+            kwargs[name] = section_cls(**values)
+        config = cls(**kwargs)
+        config.validate(where)
+        return config
+
+    def validate(self, where: str = "config") -> None:
+        if self.model.pooling not in POOLINGS + ("auto",):
+            raise TrainingConfigError(f"{where}: [model] pooling must be one of {', '.join(POOLINGS)} or auto, not {self.model.pooling!r}.")
+        if self.training.amp not in AMP_MODES:
+            raise TrainingConfigError(f"{where}: [training] amp must be one of {', '.join(AMP_MODES)}, not {self.training.amp!r}.")
+        for key in ("batch_size", "grad_accum", "save_every", "keep_checkpoints", "log_every"):
+            if getattr(self.training, key) < 1:
+                raise TrainingConfigError(f"{where}: [training] {key} must be at least 1.")
+        if self.training.max_steps < 0 or self.training.epochs < 1:
+            raise TrainingConfigError(f"{where}: [training] max_steps must be ≥ 0 and epochs ≥ 1.")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class PairEncoder(torch.nn.Module):
+    """A Hugging Face encoder with [CLS] or mean pooling: the part of the model that trains.
+
+    Its pooling matches spacy_sapbert.encoder.Encoder, so a saved model links as it trained.
+    """
+
+    def __init__(self, model: torch.nn.Module, pooling: str):
+        super().__init__()
+        self.model = model
+        self.pooling = pooling
+        # The model's own pooler (BERT's tanh head) never sees a gradient: freezing it keeps
+        # AdamW from decaying it for nothing and DDP from waiting for gradients that never come.
+        for name, param in model.named_parameters():
+            if name.startswith("pooler."):
+                param.requires_grad_(False)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra) -> torch.Tensor:
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+class PairBatches:
+    """Seeded, epoch-wise shuffled micro-batches of synonym pairs, addressable by index.
+
+    Micro-batch m of the whole run is a pure function of (seed, m), so a resumed run reads
+    exactly the batches the killed run would have read. Each global micro-batch holds
+    batch_size × world_size pairs; process `rank` takes every world_size-th of them.
+    """
+
+    def __init__(self, pairs: Sequence[Tuple[str, str, str]], batch_size: int, seed: int,
+                 rank: int = 0, world_size: int = 1):
+        if len(pairs) < world_size:
+            raise TrainingConfigError(
+                f"There are {len(pairs)} pairs but {world_size} processes; give more pairs or fewer processes."
+            )
+        label_of: Dict[str, int] = {}
+        self.labels = torch.tensor([label_of.setdefault(cui, len(label_of)) for cui, _, _ in pairs])
+        self.names1 = [p[1] for p in pairs]
+        self.names2 = [p[2] for p in pairs]
+        self.n_concepts = len(label_of)
+        self.global_batch = batch_size * world_size
+        self.per_epoch = max(1, len(pairs) // self.global_batch)
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self._epoch, self._order = -1, None
+
+    def _epoch_order(self, epoch: int) -> torch.Tensor:
+        if epoch != self._epoch:
+            generator = torch.Generator().manual_seed(self.seed * 100003 + epoch)
+            self._order = torch.randperm(len(self.names1), generator=generator)
+            self._epoch = epoch
+        return self._order
+
+    def __getitem__(self, index: int) -> Tuple[List[str], torch.Tensor]:
+        """Names (first of each pair, then second) and their labels for micro-batch `index`."""
+        epoch, position = divmod(index, self.per_epoch)
+        rows = self._epoch_order(epoch)[position * self.global_batch : (position + 1) * self.global_batch]
+        rows = rows[self.rank :: self.world_size].tolist()
+        names = [self.names1[i] for i in rows] + [self.names2[i] for i in rows]
+        labels = self.labels[rows]
+        return names, torch.cat([labels, labels])
+
+
+@dataclass
+class Distributed:
+    """Where this process stands in a torchrun job (rank 0 of 1 when run alone)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls) -> "Distributed":
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if world_size == 1:
+            return cls()
+        return cls(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def _amp_settings(mode: str, device: torch.device) -> Tuple[Optional[torch.dtype], bool]:
+    """The autocast dtype (None for none) and whether a gradient scaler is needed."""
+    if mode == "auto":
+        if device.type != "cuda":
+            return None, False
+        mode = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if mode == "none":
+        return None, False
+    if mode == "fp16" and device.type != "cuda":
+        raise TrainingConfigError("amp='fp16' needs a CUDA GPU; use 'bf16' or 'none' on a CPU.")
+    return (torch.bfloat16, False) if mode == "bf16" else (torch.float16, True)
+
+
+def _rng_state() -> dict:
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def file_digest(path: PathLike) -> str:
+    """sha256 of a file, for recording which pairs a model was trained on."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def save_model(encoder: PairEncoder, tokenizer, path: PathLike, max_shard_size: str = "15MB") -> Path:
+    """Write weights (safetensors, sharded so no file passes GitHub-friendly sizes), tokenizer
+    and pooling, so that spacy_sapbert.encoder.Encoder loads the directory as trained."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    encoder.model.save_pretrained(path, max_shard_size=max_shard_size)
+    tokenizer.save_pretrained(path)
+    (path / POOLING_FILE).write_text(json.dumps({"pooling": encoder.pooling}) + "\n")
+    return path
+
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def latest_checkpoint(output: PathLike) -> Optional[Path]:
+    """The most recent complete checkpoint under output/checkpoints, or None."""
+    folder = Path(output) / CHECKPOINT_DIR
+    if not folder.exists():
+        return None
+    steps = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _STEP_DIR.match(p.name))]
+    complete = [(s, p) for s, p in steps if (p / STATE_FILE).exists()]
+    return max(complete)[1] if complete else None
+
+
+class Trainer:
+    """Trains a PairEncoder on synonym pairs with a SelfAlignmentObjective.
+
+    config: the recipe. pairs_path: a `cui||name1||name2` file (gzip if it ends in .gz).
+    output: the run directory; it gets checkpoints/, metrics.jsonl, training.json and model/.
+    step_callback: called as callback(step, loss) after every optimizer step (tests use it).
+    """
+
+    def __init__(self, config: TrainConfig, pairs_path: PathLike, output: PathLike,
+                 step_callback: Optional[Callable[[int, float], None]] = None):
+        self.config = config
+        self.pairs_path = Path(pairs_path)
+        self.output = Path(output)
+        self.step_callback = step_callback
+        self.dist = Distributed.from_env()
+        if not config.model.name_or_path:
+            raise TrainingConfigError("[model] name_or_path is empty; give the base model with --model.")
+
+    # -- setup ---------------------------------------------------------------------------
+    def _device(self) -> torch.device:
+        device = resolve_device(self.config.training.device)
+        if device.type == "cuda" and self.dist.world_size > 1:
+            device = torch.device("cuda", self.dist.local_rank)
+            torch.cuda.set_device(device)
+        return device
+
+    def _init_distributed(self, device: torch.device) -> None:
+        if self.dist.world_size > 1 and not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+
+    def _load_model(self, source: PathLike):
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(source))
+            # float32 master weights even from an fp16 package: AdamW steps on fp16 weights
+            # round away (transformers 5 otherwise keeps the checkpoint's dtype).
+            model = AutoModel.from_pretrained(str(source), dtype=torch.float32)
+        except OSError as err:
+            raise TrainingConfigError(
+                f"Could not load the model {str(source)!r} ({str(err).splitlines()[0]}); give a local model directory."
+            ) from None
+        return tokenizer, model
+
+    # -- the run -------------------------------------------------------------------------
+    def train(self, resume: bool = False) -> Path:
+        """Run to max_steps (continuing from the latest checkpoint when `resume`); return the
+        directory of the final model."""
+        cfg, run = self.config, self.config.training
+        device = self._device()
+        self._init_distributed(device)
+        checkpoint = latest_checkpoint(self.output) if resume else None
+        if resume and checkpoint is None:
+            logger.warning("--resume found no checkpoint under %s; starting from the beginning.", self.output)
+        _seed_everything(run.seed + self.dist.rank)
+        tokenizer, model = self._load_model(checkpoint / "model" if checkpoint else cfg.model.name_or_path)
+        model.train()
+        pooling = cfg.model.pooling
+        if pooling == "auto":
+            pooling = detect_pooling(Path(cfg.model.name_or_path).expanduser())
+        encoder = PairEncoder(model, pooling).to(device)
+        objective = SelfAlignmentObjective(cfg.objective)
+        pairs = read_pairs(self.pairs_path)
+        if not pairs:
+            raise TrainingConfigError(f"{self.pairs_path} holds no pairs; build them with `python -m training.pairs`.")
+        batches = PairBatches(pairs, run.batch_size, run.seed, self.dist.rank, self.dist.world_size)
+        max_steps = run.max_steps or max(1, run.epochs * batches.per_epoch // run.grad_accum)
+
+        no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
+        trainable = [(n, p) for n, p in encoder.named_parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for n, p in trainable if not n.endswith(no_decay)], "weight_decay": run.weight_decay},
+            {"params": [p for n, p in trainable if n.endswith(no_decay)], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=run.lr)
+        warmup = run.warmup_steps
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+        amp_dtype, needs_scaler = _amp_settings(run.amp, device)
+        scaler = torch.amp.GradScaler("cuda", enabled=needs_scaler)
+
+        step = 0
+        if checkpoint is not None:
+            state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=False)
+            if state["world_size"] != self.dist.world_size:
+                raise TrainingConfigError(
+                    f"{checkpoint} was written by {state['world_size']} processes, not {self.dist.world_size}; "
+                    "resume with the same number of processes."
+                )
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            scaler.load_state_dict(state["scaler"])
+            _set_rng_state(state["rng"][self.dist.rank])
+            step = state["step"]
+            self.elapsed_before = state.get("elapsed", 0.0)
+            logger.info("Resuming from %s (step %d).", checkpoint, step)
+        else:
+            self.elapsed_before = 0.0
+        if self.dist.is_main:
+            self.output.mkdir(parents=True, exist_ok=True)
+            self._trim_metrics(step)
+
+        model_to_run: torch.nn.Module = encoder
+        if run.compile:
+            model_to_run = torch.compile(model_to_run)
+        if self.dist.world_size > 1:
+            ids = [device.index] if device.type == "cuda" else None
+            model_to_run = torch.nn.parallel.DistributedDataParallel(model_to_run, device_ids=ids)
+
+        def micro_step(index: int, sync: bool) -> Tuple[float, int]:
+            names, labels = batches[index]
+            tokens = tokenizer(names, padding=True, truncation=True, max_length=cfg.model.max_length,
+                               return_tensors="pt").to(device)
+            labels = labels.to(device)
+            sync_context = nullcontext() if sync or self.dist.world_size == 1 else model_to_run.no_sync()
+            with sync_context:
+                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    embeddings = model_to_run(tokens["input_ids"], tokens["attention_mask"])
+                loss, n_triplets = objective(embeddings, labels)
+                scaler.scale(loss / run.grad_accum).backward()
+            return float(loss.detach()), n_triplets
+
+        start = time.perf_counter()
+        start_step = step
+        progress = tqdm(total=max_steps, initial=step, desc="training", unit="step", disable=not self.dist.is_main)
+        while step < max_steps:
+            losses, triplets = [], 0
+            for j in range(run.grad_accum):
+                loss, n = micro_step(step * run.grad_accum + j, sync=j == run.grad_accum - 1)
+                losses.append(loss)
+                triplets += n
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            mean_loss = sum(losses) / len(losses)
+            progress.update(1)
+            progress.set_postfix(loss=f"{mean_loss:.4f}")
+            elapsed = time.perf_counter() - start
+            if self.dist.is_main and (step % run.log_every == 0 or step == max_steps):
+                self._log({
+                    "step": step, "loss": round(mean_loss, 6), "triplets": triplets,
+                    "lr": scheduler.get_last_lr()[0],
+                    "steps_per_s": round((step - start_step) / elapsed, 4) if elapsed else None,
+                    "elapsed_s": round(self.elapsed_before + elapsed, 2),
+                })
+            if step % run.save_every == 0 or step == max_steps:
+                self._checkpoint(encoder, tokenizer, optimizer, scheduler, scaler, step, self.elapsed_before + elapsed)
+            if self.step_callback is not None:
+                self.step_callback(step, mean_loss)
+        progress.close()
+        wall = self.elapsed_before + time.perf_counter() - start
+        final = self.output / "model"
+        if self.dist.is_main:
+            self._write_final(encoder, tokenizer, final, step, wall, batches, device)
+        if self.dist.world_size > 1:
+            dist.barrier()
+        return final
+
+    # -- outputs -------------------------------------------------------------------------
+    def _log(self, row: dict) -> None:
+        with (self.output / METRICS_FILE).open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+    def _trim_metrics(self, step: int) -> None:
+        """Drop metric lines a killed run wrote after its last checkpoint."""
+        path = self.output / METRICS_FILE
+        if not path.exists():
+            return
+        rows = [line for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line)["step"] <= step]
+        path.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
+
+    def _checkpoint(self, encoder, tokenizer, optimizer, scheduler, scaler, step: int, elapsed: float) -> None:
+        rng = [_rng_state()]
+        if self.dist.world_size > 1:
+            rng = [None] * self.dist.world_size
+            dist.all_gather_object(rng, _rng_state())
+        if self.dist.is_main:
+            folder = self.output / CHECKPOINT_DIR
+            target = folder / f"step-{step:08d}"
+            staging = folder / f".step-{step:08d}.tmp"
+            if staging.exists():
+                shutil.rmtree(staging)
+            save_model(encoder, tokenizer, staging / "model")
+            torch.save({
+                "step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict(), "rng": rng, "world_size": self.dist.world_size,
+                "elapsed": elapsed, "config": self.config.to_dict(),
+            }, staging / STATE_FILE)
+            if target.exists():
+                shutil.rmtree(target)
+            # A rename is atomic: a run killed mid-save leaves the previous checkpoint whole.
+            staging.rename(target)
+            kept = sorted(p for p in folder.iterdir() if _STEP_DIR.match(p.name))
+            for old in kept[: -self.config.training.keep_checkpoints]:
+                shutil.rmtree(old)
+        if self.dist.world_size > 1:
+            dist.barrier()
+
+    def _write_final(self, encoder, tokenizer, final: Path, step: int, wall: float,
+                     batches: PairBatches, device: torch.device) -> None:
+        save_model(encoder, tokenizer, final)
+        hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+        record = {
+            "base_model": self.config.model.name_or_path,
+            "pairs": str(self.pairs_path),
+            "pairs_sha256": file_digest(self.pairs_path),
+            "n_pairs": len(batches.names1),
+            "n_concepts": batches.n_concepts,
+            "steps": step,
+            "names_per_step": 2 * self.config.training.batch_size * self.config.training.grad_accum * self.dist.world_size,
+            "wall_seconds": round(wall, 1),
+            "hardware": f"{self.dist.world_size} × {hardware} ({device.type})",
+            "torch": torch.__version__,
+            "config": self.config.to_dict(),
+        }
+        (final / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        logger.info("Saved the trained model to %s after %d steps (%.0f s).", final, step, wall)
+
+
+def train_from_cli(config_path: PathLike, pairs: PathLike, output: PathLike, model: str = "",
+                   resume: bool = False, overrides: Sequence[str] = ()) -> Path:
+    """What `python -m training.pretrain` and `training.finetune` do: read the config with
+    spaCy-style dotted overrides (`--training.max_steps 2`), then train."""
+    from spacy.cli._util import parse_config_overrides
+
+    parsed = parse_config_overrides(list(overrides))
+    if model:
+        if model == "default":
+            from spacy_sapbert.defaults import base_model_path
+
+            model = str(base_model_path())
+        parsed["model.name_or_path"] = model
+    config = TrainConfig.from_disk(config_path, overrides=parsed)
+    return Trainer(config, pairs, output).train(resume=resume)
+
+
+def make_train_app(default_config: str, what: str):
+    """A typer app whose one command trains with `default_config` unless told otherwise."""
+    import typer
+
+    app = typer.Typer(add_completion=False, help=what)
+
+    @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, help=what)
+    def train_command(
+        ctx: typer.Context,
+        pairs: Path = typer.Option(..., help="`cui||name1||name2` pairs file (gzip if .gz)"),
+        output: Path = typer.Option(..., help="Run directory: checkpoints/, metrics.jsonl, model/"),
+        config: Path = typer.Option(Path(default_config), help="Training config (.cfg)"),
+        model: str = typer.Option("", help="Base model directory or name ('default' = all-MiniLM-L6-v2); overrides [model] name_or_path"),
+        resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output"),
+    ) -> None:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        try:
+            final = train_from_cli(config, pairs, output, model, resume, ctx.args)
+        except (TrainingConfigError, FileNotFoundError, ValueError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(1)
+        if Distributed.from_env().is_main:
+            typer.echo(f"Model written to {final}")
+
+    return app
