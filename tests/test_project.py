@@ -1,0 +1,29 @@
+"""The spaCy project runs its training commands on CPU with the tiny model."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def spacy_project(*args, cwd):
+    result = subprocess.run([sys.executable, "-m", "spacy", "project", *args],
+                            capture_output=True, text=True, cwd=cwd, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, tiny_kb_file):
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO / "project.yml", project)
+    shutil.copytree(REPO / "configs", project / "configs")
+    overrides = [f"--vars.ontology={tiny_kb_file}", f"--vars.base_model={tiny_model}",
+                 "--vars.device=cpu", "--vars.batch_size=8"]
+    spacy_project("run", "ontology", ".", *overrides, cwd=project)
+    spacy_project("run", "pairs", ".", *overrides, cwd=project)
+    spacy_project("run", "pretrain", ".", "--vars.max_steps=2", *overrides, cwd=project)
+    model = project / "runs" / "pretrain" / "model"
+    assert (model / "config.json").exists() and (model / "training.json").exists()
+    assert '"steps": 2' in (model / "training.json").read_text()
