@@ -258,3 +258,10 @@ def test_pretrain_command_reports_a_missing_kb(tmp_path):
     assert result.exit_code == 1
     assert "no.jsonl does not exist; check the path" in " ".join(result.output.split())
     assert not (tmp_path / "p.txt").exists()
+
+
+def test_a_mesh_source_without_trees_or_an_unknown_source_is_refused():
+    with pytest.raises(ValueError, match="names no MeSH tree"):
+        load_source("mesh:")
+    with pytest.raises(ValueError, match="Unknown ontology source 'mondo:C'"):
+        load_source("mondo:C")

