@@ -71,12 +71,14 @@ def _lines(path: PathLike) -> Iterator[Tuple[int, str]]:
             yield line_no, line.rstrip("\r\n")
 
 
-def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None) -> Corpus:
+def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None, keep_unlinkable: bool = False) -> Corpus:
     """Read a PubTator file: `pmid|t|title`, `pmid|a|abstract`, then one
     `pmid<TAB>start<TAB>end<TAB>mention<TAB>type<TAB>ids` line per mention; documents are
     separated by blank lines. Relation lines (`pmid<TAB>CID<TAB>…`) are skipped.
 
     types: keep mentions of these types (e.g. ["Disease"]); None keeps all.
+    keep_unlinkable: keep `-1` mentions (ids []) as well, as NER training needs; they are
+        still counted in n_unlinkable.
     """
     ordered: List[Document] = []
     # A corpus may repeat a document (NCBI train has PMID 8528200 twice): mentions belong to
@@ -120,8 +122,11 @@ def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None) -> Corp
             continue
         if raw_ids.strip() in (UNLINKABLE, ""):
             n_unlinkable += 1
-            continue
-        ids, composite = split_ids(raw_ids)
+            if not keep_unlinkable:
+                continue
+            ids, composite = [], False
+        else:
+            ids, composite = split_ids(raw_ids)
         text = doc.text[int(start) : int(end)]
         doc.mentions.append(Mention(doc_id, int(start), int(end), text, kind, ids, composite))
     if n_unlinkable:

@@ -1,0 +1,47 @@
+"""BC5CDR → spaCy training docs for the demo NER: nothing lost silently."""
+import spacy
+from spacy.tokens import DocBin
+
+from training.datasets import read_pubtator
+from training.ner import ConversionStats, convert, corpus_docs
+
+TEXT_T = "Cisplatin-induced nephrotoxicity"
+TEXT_A = "Rats got cisplatin and aminoCAT; renal failure followed."
+PUBTATOR = "\n".join([
+    f"1|t|{TEXT_T}",
+    f"1|a|{TEXT_A}",
+    "1\t0\t9\tCisplatin\tChemical\tD002945",
+    "1\t18\t32\tnephrotoxicity\tDisease\tD007674",
+    # mid-token: "amino" inside "aminoCAT" widens to the whole token
+    "1\t56\t61\tamino\tChemical\t-1",
+    # overlaps "renal failure": counted, not silently kept or dropped
+    "1\t66\t78\trenal failur\tDisease\tD051437",
+    "1\t66\t79\trenal failure\tDisease\tD051437",
+    "1\tCID\tD002945\tD007674",
+    "",
+])
+
+
+def test_mentions_become_entities_and_every_mention_is_accounted_for(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text(PUBTATOR)
+    corpus = read_pubtator(path, keep_unlinkable=True)
+    stats = ConversionStats()
+    (doc,) = corpus_docs(corpus, spacy.blank("en"), stats)
+    ents = [(e.text, e.label_) for e in doc.ents]
+    assert ("Cisplatin", "Chemical") in ents and ("nephrotoxicity", "Disease") in ents
+    assert ("aminoCAT", "Chemical") in ents  # the unlinkable mention is still a mention
+    assert stats.mentions == 5 and stats.exact + stats.expanded == 5
+    assert stats.expanded == 2 and stats.overlapping == 1
+    assert stats.mentions == len(doc.ents) + stats.overlapping
+
+
+def test_convert_writes_train_and_dev(tmp_path):
+    data = tmp_path / "data"
+    (data / "bc5cdr").mkdir(parents=True)
+    for name in ("CDR_TrainingSet.PubTator.txt", "CDR_DevelopmentSet.PubTator.txt"):
+        (data / "bc5cdr" / name).write_text(PUBTATOR)
+    results = convert(data, tmp_path / "out")
+    assert [split for split, _ in results] == ["train", "dev"]
+    docs = list(DocBin().from_disk(tmp_path / "out" / "train.spacy").get_docs(spacy.blank("en").vocab))
+    assert len(docs) == 1 and len(docs[0].ents) == 4
