@@ -162,8 +162,9 @@ def test_default_model_and_index_link_out_of_the_box():
     """The real default: all-MiniLM-L6-v2 and the MeSH C/F03/D index (built once, cached)."""
     from spacy_sapbert.demo import demo_pipeline
 
-    nlp = demo_pipeline()
-    doc = nlp("Patients with NIDDM developed lactic acidosis after metformin.")
-    links = {e.text: e._.cui for e in doc.ents}
-    assert links["lactic acidosis"] == "D000140" and links["metformin"] == "D008687"
+    nlp = demo_pipeline()  # with the bundled NER, or a dictionary ruler where none is bundled
+    doc = nlp("Lactic acidosis developed after metformin. Hypertension was reported after cisplatin.")
+    links = {e.text.lower(): e._.cui for e in doc.ents}
+    assert links["metformin"] == "D008687" and links["cisplatin"] == "D002945"
+    assert links["hypertension"] == "D006973"
     assert nlp.get_pipe("sapbert_linker").kb.cui_to_entity["D008687"].canonical_name == "Metformin"

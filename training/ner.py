@@ -123,8 +123,14 @@ def bundle_command(
     if "ner" not in nlp.pipe_names:
         msg.fail(f"{model} has no ner pipe; the demo needs one that sets doc.ents.", exits=1)
     nlp.meta["name"] = "sapbert_demo_ner"
+    # Training leaves every corpus token in the string store; the model needs none of them
+    # (its embeddings hash the features), so only a blank pipeline's strings and the labels
+    # are kept and no list of corpus words ships with the package.
+    keep = set(spacy.blank(nlp.lang).vocab.strings) | set(nlp.get_pipe("ner").labels)
+    nlp.vocab.strings._reset_and_load(sorted(keep))
     if output.exists():
         shutil.rmtree(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
     nlp.to_disk(output)
     scores = nlp.meta.get("performance", {})
     msg.good(f"Bundled {model} into {output} (dev F1 {100 * scores.get('ents_f', 0):.1f}).")
