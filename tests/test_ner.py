@@ -45,3 +45,13 @@ def test_convert_writes_train_and_dev(tmp_path):
     assert [split for split, _ in results] == ["train", "dev"]
     docs = list(DocBin().from_disk(tmp_path / "out" / "train.spacy").get_docs(spacy.blank("en").vocab))
     assert len(docs) == 1 and len(docs[0].ents) == 4
+
+
+def test_the_bundled_ner_loads_and_finds_diseases_and_chemicals():
+    from spacy_sapbert.demo import DEMO_NER
+
+    nlp = spacy.load(DEMO_NER)
+    doc = nlp("Acute renal failure and hypertension were reported in two patients treated with cisplatin.")
+    ents = {(e.text, e.label_) for e in doc.ents}
+    assert ("hypertension", "Disease") in ents and ("cisplatin", "Chemical") in ents
+    assert len(nlp.vocab.strings) < 2000  # no corpus vocabulary shipped
