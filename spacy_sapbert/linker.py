@@ -1,6 +1,7 @@
 """The `sapbert_linker` pipe: link `doc.ents` to ontology concepts by embedding search."""
 import logging
 import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -33,6 +34,7 @@ CFG_FILE = "cfg.json"
         "labels": [],
         "label_types": None,
         "batch_size": 256,
+        "cache_size": 10000,
         "pooling": "auto",
         "max_length": 25,
         "device": "cpu",
@@ -53,6 +55,7 @@ def make_sapbert_linker(
     labels: List[str],
     label_types: Optional[Dict[str, List[str]]],
     batch_size: int,
+    cache_size: int,
     pooling: str,
     max_length: int,
     device: str,
@@ -73,6 +76,8 @@ def make_sapbert_linker(
     label_types: entity label → allowed concept type prefixes (e.g. {"Disease": ["C", "F03"]});
         None takes the index's own mapping, {} restricts nothing.
     batch_size: documents per batch in `pipe` (their mentions are encoded together).
+    cache_size: mention texts whose candidates are remembered (least recently used go
+        first), so a mention seen before is neither encoded nor searched again; 0 turns it off.
     pooling, max_length, device: encoder settings ("auto" pooling reads the model's own).
     cui_attr, score_attr, candidates_attr: names of the Span extensions set.
     """
@@ -80,7 +85,7 @@ def make_sapbert_linker(
         nlp.vocab, name=name, model=model, index=index, k=k, threshold=threshold,
         max_entities_per_mention=max_entities_per_mention,
         resolve_abbreviations=resolve_abbreviations, labels=labels, label_types=label_types,
-        batch_size=batch_size, pooling=pooling, max_length=max_length, device=device,
+        batch_size=batch_size, cache_size=cache_size, pooling=pooling, max_length=max_length, device=device,
         cui_attr=cui_attr, score_attr=score_attr, candidates_attr=candidates_attr,
     )
 
@@ -119,6 +124,7 @@ class SapBERTLinker(Pipe):
         labels: Iterable[str] = (),
         label_types: Optional[Dict[str, List[str]]] = None,
         batch_size: int = 256,
+        cache_size: int = 10000,
         pooling: str = "auto",
         max_length: int = 25,
         device: str = "cpu",
@@ -126,6 +132,8 @@ class SapBERTLinker(Pipe):
         score_attr: str = "cui_score",
         candidates_attr: str = "kb_ents",
     ):
+        if cache_size < 0:
+            raise ValueError(f"cache_size ({cache_size}) must be 0 (off) or more; set it in the sapbert_linker config.")
         if k < 1 or max_entities_per_mention < 1:
             raise ValueError(
                 f"k ({k}) and max_entities_per_mention ({max_entities_per_mention}) must be at "
@@ -142,6 +150,9 @@ class SapBERTLinker(Pipe):
         self.link_labels = list(labels)
         self.label_types = label_types
         self.batch_size = batch_size
+        self.cache_size = cache_size
+        # (mention text, type prefixes) → candidates, least recently used first.
+        self._cache: "OrderedDict[Tuple[str, Tuple[str, ...]], Candidates]" = OrderedDict()
         self.pooling = pooling
         self.max_length = max_length
         self.device = device
@@ -169,6 +180,7 @@ class SapBERTLinker(Pipe):
         )
         index_path = resolve_index(str(index), self.encoder)
         self.index = ConceptIndex.load(index_path, encoder=self.encoder)
+        self._cache.clear()  # candidates from another model or index would be wrong
         self._check_label_types()
 
     def _ensure_loaded(self) -> None:
@@ -229,19 +241,33 @@ class SapBERTLinker(Pipe):
                 keys.append((self._mention_text(ent, abbreviations), types))
             wanted.append(keys)
         distinct = sorted({key for keys in wanted for key in keys if key is not None})
-        texts = sorted({text for text, _ in distinct})
-        vectors = self.encoder.encode(texts)
-        row_of = {text: i for i, text in enumerate(texts)}
         found: Dict[Tuple[str, Tuple[str, ...]], Candidates] = {}
-        by_types: Dict[Tuple[str, ...], List[str]] = {}
-        for text, types in distinct:
-            by_types.setdefault(types, []).append(text)
-        for types, group in by_types.items():
-            rows = [row_of[t] for t in group]
-            results = self.index.search(vectors[rows], k=self.k, type_prefixes=types or None)
-            for text, candidates in zip(group, results):
-                found[(text, types)] = candidates
+        for key in distinct:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                found[key] = self._cache[key]
+        missing = [key for key in distinct if key not in found]
+        if missing:
+            texts = sorted({text for text, _ in missing})
+            vectors = self.encoder.encode(texts)
+            row_of = {text: i for i, text in enumerate(texts)}
+            by_types: Dict[Tuple[str, ...], List[str]] = {}
+            for text, types in missing:
+                by_types.setdefault(types, []).append(text)
+            for types, group in by_types.items():
+                rows = [row_of[t] for t in group]
+                results = self.index.search(vectors[rows], k=self.k, type_prefixes=types or None)
+                for text, candidates in zip(group, results):
+                    found[(text, types)] = candidates
+            self._remember({key: found[key] for key in missing})
         return [[found[key] if key is not None else None for key in keys] for keys in wanted]
+
+    def _remember(self, new: Dict[Tuple[str, Tuple[str, ...]], Candidates]) -> None:
+        if not self.cache_size:
+            return
+        self._cache.update(new)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
 
     def set_annotations(self, docs: List[Doc], candidates: List[List[Optional[Candidates]]]) -> None:
         """Set `kb_id_`, then the Span extensions (in that order: a span's extension values

@@ -168,3 +168,35 @@ def test_default_model_and_index_link_out_of_the_box():
     assert links["metformin"] == "D008687" and links["cisplatin"] == "D002945"
     assert links["hypertension"] == "D006973"
     assert nlp.get_pipe("sapbert_linker").kb.cui_to_entity["D008687"].canonical_name == "Metformin"
+
+
+def _cached_nlp(tiny_model, tiny_index_dir, cache_size):
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    linker = nlp.add_pipe("sapbert_linker", config={
+        "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0, "cache_size": cache_size,
+    })
+    linker.initialize()
+    encoded = []
+    encode = linker.encoder.encode
+    linker.encoder.encode = lambda texts: encoded.extend(texts) or encode(texts)
+    return nlp, linker, encoded
+
+
+def test_a_mention_seen_before_is_not_encoded_again_and_links_the_same(tiny_model, tiny_index_dir):
+    nlp, linker, encoded = _cached_nlp(tiny_model, tiny_index_dir, cache_size=100)
+    first = [(e.text, e._.cui, e._.kb_ents) for e in nlp(TEXT).ents]
+    n_first = len(encoded)
+    second = [(e.text, e._.cui, e._.kb_ents) for e in nlp(TEXT).ents]
+    assert n_first == 4 and len(encoded) == n_first and second == first
+    off, _, encoded_off = _cached_nlp(tiny_model, tiny_index_dir, cache_size=0)
+    assert [(e.text, e._.cui, e._.kb_ents) for e in off(TEXT).ents] == first
+    off(TEXT)
+    assert len(encoded_off) == 8
+
+
+def test_the_cache_is_bounded_least_recently_used_first(tiny_model, tiny_index_dir):
+    nlp, linker, encoded = _cached_nlp(tiny_model, tiny_index_dir, cache_size=2)
+    nlp(TEXT)
+    assert len(linker._cache) == 2
+    with pytest.raises(ValueError, match=r"cache_size \(-1\) must be 0 \(off\) or more"):
+        spacy.blank("en").add_pipe("sapbert_linker", config={"cache_size": -1})
