@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from spacy_sapbert.kb import Concept, KnowledgeBase, read_jsonl, write_jsonl
 from training.datasets import Mention
 from training.pairs import (
-    PairFormatError, PairStats, app, load_source, merge_ontologies, mention_pairs,
+    PairFormatError, PairStats, absorb_mesh_twins, app, load_source, merge_ontologies, mention_pairs,
     read_mesh_mappings, read_pairs, reference_key, synonym_pairs, write_pairs,
 )
 
@@ -265,3 +265,19 @@ def test_a_mesh_source_without_trees_or_an_unknown_source_is_refused():
         load_source("mesh:")
     with pytest.raises(ValueError, match="Unknown ontology source 'mondo:C'"):
         load_source("mondo:C")
+
+
+def test_a_mondo_concept_whose_mesh_xrefs_name_one_mesh_concept_folds_into_it():
+    kb = KnowledgeBase([
+        Concept("D007863", "Lecithin Cholesterol Acyltransferase Deficiency", types=["C18"]),
+        Concept("D001943", "Breast Neoplasms", types=["C04"]),
+        Concept("MONDO:1", "LCAT deficiency variant", types=["MONDO"], xrefs=["MESH:D007863", "OMIM:1"]),
+        Concept("MONDO:2", "two targets", types=["MONDO"], xrefs=["MESH:D007863", "MESH:D001943"]),
+        Concept("MONDO:3", "breast cancer", types=["MONDO"], xrefs=["UMLS:C0006142"]),
+    ])
+    folded, n = absorb_mesh_twins(kb)
+    assert n == 1 and len(folded) == 4
+    assert folded.resolve_id("MONDO:1") == "D007863"
+    assert "LCAT deficiency variant" in folded.cui_to_entity["D007863"].names
+    # several MeSH targets, or none, leave the concept as it is
+    assert folded.resolve_id("MONDO:2") == "MONDO:2" and folded.resolve_id("MONDO:3") == "MONDO:3"

