@@ -15,6 +15,15 @@ from transformers import AutoModel, AutoTokenizer
 logger = logging.getLogger(__name__)
 
 POOLINGS = ("cls", "mean")
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """One vector per text from the last hidden states: the [CLS] token's ("cls") or the mean
+    of the real tokens' ("mean"). Training uses it too, so a model links as it was trained."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
 # Written beside a trained model so that `pooling="auto"` knows how it was trained.
 POOLING_FILE = "sapbert_pooling.json"
 DEVICES = ("cpu", "cuda", "auto")
@@ -138,12 +147,6 @@ class Encoder:
         digest.update(f"pooling={self.pooling};max_length={self.max_length}".encode())
         return digest.hexdigest()[:16]
 
-    def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if self.pooling == "cls":
-            return hidden[:, 0]
-        mask = mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-
     @torch.inference_mode()
     def encode(self, texts: Sequence[str], show_progress: Optional[bool] = None) -> np.ndarray:
         """Embed texts; return a float32 array (len(texts), dim) of unit vectors.
@@ -167,7 +170,7 @@ class Encoder:
                 return_tensors="pt",
             ).to(self.device)
             hidden = self.model(**batch).last_hidden_state
-            vectors = self._pool(hidden, batch["attention_mask"]).float()
+            vectors = pool(hidden, batch["attention_mask"], self.pooling).float()
             vectors = torch.nn.functional.normalize(vectors, dim=-1)
             out[rows] = vectors.cpu().numpy()
         return out

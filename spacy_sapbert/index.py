@@ -31,7 +31,9 @@ class ConceptIndexError(ValueError):
     """An index directory is missing, damaged, or does not match the encoder."""
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Union[str, Path]) -> str:
+    """sha256 of a file, read in 1 MB blocks."""
+    path = Path(path)
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -227,7 +229,7 @@ class ConceptIndex:
         write_jsonl(self.kb, path / KB_FILE)
         meta = dict(self.meta)
         meta["files"] = {
-            name: {"bytes": (path / name).stat().st_size, "sha256": _sha256(path / name)}
+            name: {"bytes": (path / name).stat().st_size, "sha256": file_sha256(path / name)}
             for name in (FAISS_FILE, ROWS_FILE, KB_FILE)
         }
         (path / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
@@ -263,7 +265,7 @@ class ConceptIndex:
                     f"{file} has {size} bytes but {expected['bytes']} were written, so it is "
                     "truncated or was changed; copy it again or rebuild the index."
                 )
-            if _sha256(file) != expected["sha256"]:
+            if file_sha256(file) != expected["sha256"]:
                 raise ConceptIndexError(
                     f"{file} does not match the checksum in {META_FILE}, so it is corrupted; "
                     "copy it again or rebuild the index."

@@ -8,7 +8,6 @@ steps; the data position follows from the step, so `resume` continues exactly wh
 run stopped and ends with the same weights as an uninterrupted run.
 """
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -29,7 +28,8 @@ from thinc.api import Config
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
-from spacy_sapbert.encoder import POOLINGS, POOLING_FILE, detect_pooling, resolve_device
+from spacy_sapbert.encoder import POOLINGS, POOLING_FILE, detect_pooling, pool, resolve_device
+from spacy_sapbert.index import file_sha256
 
 from .objective import ObjectiveConfig, SelfAlignmentObjective
 from .pairs import read_pairs
@@ -158,7 +158,8 @@ class TrainConfig:
 class PairEncoder(torch.nn.Module):
     """A Hugging Face encoder with [CLS] or mean pooling: the part of the model that trains.
 
-    Its pooling matches spacy_sapbert.encoder.Encoder, so a saved model links as it trained.
+    It pools with spacy_sapbert.encoder.pool, as the runtime Encoder does, so a saved model
+    links as it trained.
     """
 
     def __init__(self, model: torch.nn.Module, pooling: str):
@@ -173,10 +174,7 @@ class PairEncoder(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra) -> torch.Tensor:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
-        if self.pooling == "cls":
-            return hidden[:, 0]
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return pool(hidden, attention_mask, self.pooling)
 
 
 class PairBatches:
@@ -276,15 +274,6 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def file_digest(path: PathLike) -> str:
-    """sha256 of a file, for recording which pairs a model was trained on."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def save_model(encoder: PairEncoder, tokenizer, path: PathLike, max_shard_size: str = "15MB") -> Path:
@@ -516,7 +505,7 @@ class Trainer:
         record = {
             "base_model": self.config.model.name_or_path,
             "pairs": str(self.pairs_path),
-            "pairs_sha256": file_digest(self.pairs_path),
+            "pairs_sha256": file_sha256(self.pairs_path),
             "n_pairs": len(batches.names1),
             "n_concepts": batches.n_concepts,
             "steps": step,
