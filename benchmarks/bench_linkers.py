@@ -47,7 +47,18 @@ def gold_docs(nlp, data_dir: Path):
     return docs, golds
 
 
-def measure(system: str, data_dir: Path, threads: int, index: str = "default") -> dict:
+# Our pipe's levers, one row each (linker config overrides); "default" is the shipped config.
+VARIANTS = {
+    "fp32 flat no-cache": {"precision": "fp32", "cache_size": 0, "index": "default-exact"},
+    "fp32 flat": {"precision": "fp32", "index": "default-exact"},
+    "int8 flat": {"precision": "int8", "index": "default-exact"},
+    "fp32 hnsw-sq8": {"precision": "fp32"},
+    "int8 hnsw-sq8 (default)": {},
+}
+
+
+def measure(system: str, data_dir: Path, threads: int, index: str = "default", variant: str = "int8 hnsw-sq8 (default)",
+            batch_size: int = 1000) -> dict:
     """Run in a child process: load one system, link the docs, report figures."""
     import spacy
     import torch
@@ -61,13 +72,15 @@ def measure(system: str, data_dir: Path, threads: int, index: str = "default") -
     if system == "ours":
         import spacy_sapbert  # noqa: F401
 
-        linker = nlp.add_pipe("sapbert_linker", config={"threshold": -1.0, "label_types": {}, "index": index})
+        config = {"threshold": -1.0, "label_types": {}, **VARIANTS[variant]}
+        if index != "default":
+            config["index"] = index
+        linker = nlp.add_pipe("sapbert_linker", config=config)
         linker.initialize()
         kb_ids = set(linker.kb.cui_to_entity)
         # A merged KB keeps other sources' ids (OMIM:…) as alternative ids of its concepts.
         golds = [[{linker.kb.resolve_id(g) or g for g in gold} for gold in doc_golds] for doc_golds in golds]
-        build = json.loads((Path(linker.index_name if linker.index_name != "default" else
-                                 _our_index(linker)) / "meta.json").read_text()).get("build_seconds")
+        build = linker.index.meta.get("build_seconds")
     else:
         from training.systems import ScispacyLinker
 
@@ -83,7 +96,7 @@ def measure(system: str, data_dir: Path, threads: int, index: str = "default") -
     load = time.perf_counter() - start
     start = time.perf_counter()
     if system == "ours":
-        linked = list(nlp.get_pipe("sapbert_linker").pipe(docs, batch_size=256))
+        linked = list(nlp.get_pipe("sapbert_linker").pipe(docs, batch_size=batch_size))
     else:
         linked = [linker(doc) for doc in docs]  # scispaCy's linker has no batched pipe()
     seconds = time.perf_counter() - start
@@ -91,15 +104,18 @@ def measure(system: str, data_dir: Path, threads: int, index: str = "default") -
     right = sum(1 for doc, ids in zip(linked, golds) for ent, gold in zip(doc.ents, ids)
                 if ent._.kb_ents and ent._.kb_ents[0][0] in gold)
     reachable = sum(1 for ids in golds for gold in ids if any(g in kb_ids for g in gold))
-    return {"system": system, "mentions": n, "mentions_per_s": n / seconds, "load_s": load,
+    return {"system": system if system != "ours" else f"ours: {variant}", "mentions": n, "mentions_per_s": n / seconds, "load_s": load,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "index_build_s": build, "acc@1": right / n, "gold_reachable": reachable}
 
 
-def _our_index(linker) -> Path:
-    from spacy_sapbert.defaults import default_index_path
-
-    return default_index_path(linker.encoder)
+def _child(args, system: str, variant: str) -> dict:
+    cmd = [sys.executable, __file__, "--child", system, "--variant", variant, "--data-dir", str(args.data_dir),
+           "--threads", str(args.threads), "--index", args.index, "--batch-size", str(args.batch_size)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{system} ({variant}) failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -107,31 +123,39 @@ def main():
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", choices=["ours", "scispacy"])
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"our rows, comma-separated, from: {', '.join(VARIANTS)}")
+    parser.add_argument("--batch-size", type=int, default=1000, help="docs per batch (nlp.pipe's default is 1000)")
     parser.add_argument("--index", default="default", help="our index directory (default: the MeSH C/F03/D default)")
     parser.add_argument("--child", choices=["ours", "scispacy"], help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="int8 hnsw-sq8 (default)", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child, args.data_dir, args.threads, args.index)))
+        print(json.dumps(measure(args.child, args.data_dir, args.threads, args.index, args.variant, args.batch_size)))
         return
-    rows = {}
-    for system in [args.only] if args.only else ["ours", "scispacy"]:
-        out = subprocess.run([sys.executable, __file__, "--child", system, "--data-dir", str(args.data_dir),
-                              "--threads", str(args.threads), "--index", args.index], capture_output=True, text=True, check=True)
-        rows[system] = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"{'system':10} {'mentions/s':>11} {'load s':>8} {'peak RSS MB':>12} {'build s':>8} {'Acc@1':>6}")
-    for r in rows.values():
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"Unknown variant(s) {unknown}; choose from {list(VARIANTS)}.")
+    rows = []
+    if args.only != "scispacy":
+        rows += [_child(args, "ours", v) for v in variants]
+    if args.only != "ours":
+        rows.append(_child(args, "scispacy", ""))
+    theirs = rows[-1] if args.only is None else None
+    print(f"{'system':34} {'mentions/s':>11} {'load s':>7} {'peak RSS MB':>12} {'build s':>8} {'Acc@1':>6}"
+          + ("   ratios vs scispaCy: speed  RSS  load" if theirs else ""))
+    for r in rows:
         build = f"{r['index_build_s']:.0f}" if r["index_build_s"] else "n/a"
-        print(f"{r['system']:10} {r['mentions_per_s']:11.1f} {r['load_s']:8.1f} {r['peak_rss_mb']:12.0f} "
-              f"{build:>8} {100 * r['acc@1']:6.1f}")
-    if len(rows) == 2:
-        ours, theirs = rows["ours"], rows["scispacy"]
-        print(f"\nratios ours/scispaCy: throughput {ours['mentions_per_s'] / theirs['mentions_per_s']:.2f}, "
-              f"peak RSS {ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}, load {ours['load_s'] / theirs['load_s']:.2f}"
-              + (f", index build {ours['index_build_s'] / theirs['index_build_s']:.2f}"
-                 if ours["index_build_s"] and theirs["index_build_s"] else ""))
-        print(f"mentions: {ours['mentions']}; gold spans whose ids our KB holds: {ours['gold_reachable']}")
-    elif "ours" in rows:
-        print(f"mentions: {rows['ours']['mentions']}; gold spans whose ids our KB holds: {rows['ours']['gold_reachable']}")
+        line = (f"{r['system']:34} {r['mentions_per_s']:11.1f} {r['load_s']:7.1f} {r['peak_rss_mb']:12.0f} "
+                f"{build:>8} {100 * r['acc@1']:6.1f}")
+        if theirs and r is not theirs:
+            line += (f"   {r['mentions_per_s'] / theirs['mentions_per_s']:26.2f} {r['peak_rss_mb'] / theirs['peak_rss_mb']:4.2f}"
+                     f" {r['load_s'] / theirs['load_s']:5.2f}")
+        print(line)
+    ours = next((r for r in rows if r["system"].startswith("ours")), None)
+    print(f"\n{rows[0]['mentions']} mentions in one nlp.pipe-style run of {args.batch_size} docs per batch, "
+          f"{args.threads} threads" + (f"; gold spans whose ids our KB holds: {ours['gold_reachable']}" if ours else ""))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,13 @@ class IndexType(str, Enum):
     flat = "flat"
     sq8 = "sq8"
     hnsw = "hnsw"
+    hnsw_sq8 = "hnsw-sq8"
     ivfpq = "ivfpq"
+
+
+class Precision(str, Enum):
+    int8 = "int8"
+    fp32 = "fp32"
 
 
 def _fail(err: Exception) -> None:
@@ -41,7 +47,7 @@ def _fail(err: Exception) -> None:
 
 
 def _user_errors() -> tuple:
-    from .encoder import EncoderError
+    from .encoder_base import EncoderError
     from .index import ConceptIndexError
     from .kb import KBFormatError
 
@@ -106,6 +112,24 @@ def build_index(
     msg.good(f"Wrote {index} to {output}")
 
 
+@app.command("convert-index")
+def convert_index(
+    source: Path = typer.Argument(..., help="An exact (flat or hnsw) index directory."),
+    output: Path = typer.Argument(..., help="Directory to write the converted index to."),
+    index_type: IndexType = typer.Option(IndexType.hnsw_sq8, "--index-type", help="FAISS index type to convert to."),
+):
+    """Re-index an exact index's vectors as another FAISS type (e.g. compress it), without encoding."""
+    from .index import ConceptIndex
+
+    try:
+        index = ConceptIndex.load(source).converted(index_type.value)
+    except _user_errors() as err:
+        _fail(err)
+    index.save(output)
+    size = sum(f.stat().st_size for f in output.iterdir() if f.is_file())
+    msg.good(f"Wrote {index} ({size / 1e6:.0f} MB) to {output}")
+
+
 def _read_inputs(path: Path) -> List[dict]:
     """Records with a "text" from JSONL, or one per non-empty line of a plain text file."""
     records = []
@@ -151,6 +175,7 @@ def link(
     index: str = typer.Option(DEFAULT, "--index", help="Index directory from build-index."),
     threshold: float = typer.Option(0.5, "--threshold", help="Below this score a mention gets no concept."),
     batch_size: int = typer.Option(64, "--batch-size", help="Documents per batch."),
+    precision: Precision = typer.Option(Precision.int8, "--precision", help="int8 (ONNX Runtime, fast) or fp32 (torch, exact) mention encoding."),
 ):
     """Run NER, abbreviation detection and the linker; print a table or write JSONL."""
     from .demo import demo_pipeline
@@ -159,7 +184,7 @@ def link(
         _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
     try:
         records = [{"text": text}] if text is not None else _read_inputs(input)
-        nlp = demo_pipeline(ner=ner, model=model, index=index, linker_config={"threshold": threshold})
+        nlp = demo_pipeline(ner=ner, model=model, index=index, linker_config={"threshold": threshold, "precision": precision.value})
     except (ValueError, OSError) + _user_errors() as err:
         _fail(err)
     kb = nlp.get_pipe("sapbert_linker").kb
@@ -177,6 +202,27 @@ def link(
         if out:
             out.close()
             msg.good(f"Wrote {len(records)} documents to {output}")
+
+
+@app.command("export-onnx")
+def export_onnx_command(
+    output: Path = typer.Argument(..., help="Directory to write the ONNX encoder to."),
+    model: str = typer.Option(DEFAULT, "--model", help="Model directory (default: the bundled default model)."),
+    precision: Precision = typer.Option(Precision.int8, "--precision", help="int8 (quantised weights) or fp32."),
+    pooling: str = typer.Option("auto", "--pooling", help="cls, mean, or auto (the model's own)."),
+    max_length: int = typer.Option(25, "--max-length", help="Tokens per mention."),
+):
+    """Export a model to ONNX for fast CPU linking; pass the directory as the linker's `model`."""
+    from .defaults import resolve_model
+    from .onnx_encoder import export_onnx
+
+    try:
+        path = export_onnx(resolve_model(model), output, pooling=pooling, max_length=max_length,
+                           precision=precision.value)
+    except _user_errors() as err:
+        _fail(err)
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    msg.good(f"Wrote the {precision.value} ONNX encoder ({size / 1e6:.1f} MB) to {path}")
 
 
 @app.command("info")

@@ -33,6 +33,10 @@ MESH_LABEL_TYPES: Dict[str, List[str]] = {
     "CHEMICAL": ["D"],
 }
 DEFAULT = "default"
+# The default index's FAISS type: graph search over 8-bit vectors (see index.make_faiss_index);
+# `index = "default-exact"` takes the exact flat index instead.
+DEFAULT_INDEX_TYPE = "hnsw-sq8"
+DEFAULT_EXACT = "default-exact"
 
 
 class ResourceError(RuntimeError):
@@ -132,26 +136,44 @@ def _index_matches(path: Path, fingerprint: str) -> bool:
         return False
 
 
-def default_index_path(encoder) -> Path:
-    """The bundled index if it was built with `encoder`, else the cached MeSH index for that
-    encoder, built on first use (a few minutes on CPU, with a progress bar)."""
-    bundled = ASSETS / "index"
-    if _index_matches(bundled, encoder.fingerprint):
-        return bundled
+def _save_atomically(index, target: Path) -> Path:
+    staging = Path(tempfile.mkdtemp(dir=cache_dir()))
+    index.save(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    return target
+
+
+def exact_default_index_path(encoder) -> Path:
+    """The cached exact (flat) MeSH index for `encoder`, built on first use (a few minutes on
+    CPU, with a progress bar): the exact fp32 path, and the source of the compressed default."""
     cached = cache_dir() / f"index-mesh-C-F03-D-{encoder.fingerprint}"
     if not _index_matches(cached, encoder.fingerprint):
+        from .encoder_base import exact_encoder
         from .index import ConceptIndex
 
         logger.warning(
             "Building the default MeSH index for %s once; it is cached in %s.", encoder, cached
         )
-        index = ConceptIndex.build(default_mesh_kb(), encoder, show_progress=True)
+        index = ConceptIndex.build(default_mesh_kb(), exact_encoder(encoder), show_progress=True)
         index.meta["label_types"] = MESH_LABEL_TYPES
-        staging = Path(tempfile.mkdtemp(dir=cache_dir()))
-        index.save(staging)
-        if cached.exists():
-            shutil.rmtree(cached)
-        staging.rename(cached)
+        _save_atomically(index, cached)
+    return cached
+
+
+def default_index_path(encoder) -> Path:
+    """The bundled index if it was built with `encoder`, else the cached MeSH index for that
+    encoder in DEFAULT_INDEX_TYPE, converted from the exact one (built first when missing)."""
+    bundled = ASSETS / "index"
+    if _index_matches(bundled, encoder.fingerprint):
+        return bundled
+    cached = cache_dir() / f"index-mesh-C-F03-D-{encoder.fingerprint}-{DEFAULT_INDEX_TYPE}"
+    if not _index_matches(cached, encoder.fingerprint):
+        from .index import ConceptIndex
+
+        exact = ConceptIndex.load(exact_default_index_path(encoder))
+        _save_atomically(exact.converted(DEFAULT_INDEX_TYPE), cached)
     return cached
 
 
@@ -161,5 +183,10 @@ def resolve_model(model: str) -> str:
 
 
 def resolve_index(index: str, encoder) -> Optional[Path]:
-    """`index` as a path, or the default index for `encoder` for "default"."""
-    return default_index_path(encoder) if index == DEFAULT else Path(index)
+    """`index` as a path, or the default index for `encoder` for "default" (its exact flat
+    version for "default-exact")."""
+    if index == DEFAULT:
+        return default_index_path(encoder)
+    if index == DEFAULT_EXACT:
+        return exact_default_index_path(encoder)
+    return Path(index)

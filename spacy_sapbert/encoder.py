@@ -12,9 +12,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
-logger = logging.getLogger(__name__)
+from .encoder_base import POOLING_FILE, POOLINGS, PROGRESS_MIN_TEXTS, EncoderError, detect_pooling
 
-POOLINGS = ("cls", "mean")
+logger = logging.getLogger(__name__)
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -24,11 +24,7 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
         return hidden[:, 0]
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-# Written beside a trained model so that `pooling="auto"` knows how it was trained.
-POOLING_FILE = "sapbert_pooling.json"
 DEVICES = ("cpu", "cuda", "auto")
-# Encodes shorter than this many texts get no progress bar.
-PROGRESS_MIN_TEXTS = 5000
 
 
 def _one_thread_after_fork() -> None:
@@ -39,23 +35,6 @@ def _one_thread_after_fork() -> None:
 # parent already ran one; a single intra-op thread never enters one, and the processes
 # already give the parallelism.
 os.register_at_fork(after_in_child=_one_thread_after_fork)
-
-
-class EncoderError(ValueError):
-    """The encoder cannot be loaded or configured as asked."""
-
-
-def detect_pooling(model_dir: Path) -> str:
-    """The pooling a model directory records, or "cls" (SapBERT's) when it records none."""
-    ours = model_dir / POOLING_FILE
-    if ours.exists():
-        return json.loads(ours.read_text())["pooling"]
-    sentence_transformers = model_dir / "1_Pooling" / "config.json"
-    if sentence_transformers.exists():
-        config = json.loads(sentence_transformers.read_text())
-        if config.get("pooling_mode_mean_tokens"):
-            return "mean"
-    return "cls"
 
 
 def resolve_device(device: str) -> torch.device:
@@ -83,6 +62,8 @@ class Encoder:
     device: "cpu", "cuda" or "auto". On a GPU the weights run in fp16.
     batch_size: texts per forward pass.
     """
+
+    precision = "fp32"
 
     def __init__(
         self,

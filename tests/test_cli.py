@@ -78,3 +78,14 @@ def test_build_index_reports_malformed_kb(tiny_model, tmp_path):
     assert result.exit_code == 1 and "dict.txt:2: expected 'id||name'" in said(result)
     result = runner.invoke(app, ["info", str(tmp_path)])
     assert result.exit_code == 1 and "holds no concept index" in said(result)
+
+
+def test_export_onnx_and_convert_index(cli_index, tiny_model, tmp_path):
+    result = runner.invoke(app, ["export-onnx", str(tmp_path / "int8"), "--model", str(tiny_model)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "int8" / "model.onnx").exists() and "int8 ONNX encoder" in said(result)
+    result = runner.invoke(app, ["convert-index", str(cli_index), str(tmp_path / "compact")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "compact" / "meta.json").read_text())["index_type"] == "hnsw-sq8"
+    result = runner.invoke(app, ["convert-index", str(tmp_path / "compact"), str(tmp_path / "again")])
+    assert result.exit_code == 1 and "approximate vectors" in said(result)

@@ -128,3 +128,17 @@ def test_meta_records_what_built_it(flat_index, tiny_encoder):
     assert meta["model_fingerprint"] == tiny_encoder.fingerprint
     assert (meta["pooling"], meta["max_length"], meta["dim"]) == ("mean", 25, 32)
     assert (meta["n_concepts"], meta["n_names"]) == (10, len(flat_index))
+
+
+def test_converted_index_keeps_names_and_recall(large_kb, tiny_encoder, tmp_path):
+    exact = ConceptIndex.build(large_kb, tiny_encoder)
+    compact = exact.converted("hnsw-sq8")
+    assert (len(compact), compact.meta["index_type"]) == (len(exact), "hnsw-sq8")
+    queries = tiny_encoder.encode([f"{c.canonical_name} x" for c in list(large_kb)[:100]])
+    truth = [{c for c, _ in row} for row in exact.search(queries, k=10)]
+    found = [{c for c, _ in row} for row in compact.search(queries, k=10)]
+    assert np.mean([len(t & f) / len(t) for t, f in zip(truth, found)]) >= 0.9
+    reloaded = ConceptIndex.load(compact.save(tmp_path / "compact"), encoder=tiny_encoder)
+    assert reloaded.search(queries[:5], k=3) == compact.search(queries[:5], k=3)
+    with pytest.raises(ConceptIndexError, match="approximate vectors"):
+        compact.converted("flat")

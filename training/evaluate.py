@@ -100,7 +100,8 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
     return Task(queries, dictionary, n_unlinkable)
 
 
-def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None) -> LinkingSystem:
+def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None,
+                precision: str = "fp32", index_type: str = "flat") -> LinkingSystem:
     if system == "exact":
         return ExactMatch(dictionary)
     if system == "tfidf":
@@ -108,7 +109,7 @@ def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = N
     if system == "scispacy":
         return ScispacyLinker(dictionary)
     if system == "model":
-        return EncoderSystem(dictionary, model or "default")
+        return EncoderSystem(dictionary, model or "default", precision=precision, index_type=index_type)
     raise ValueError(f"Unknown system {system!r}; use one of exact, tfidf, scispacy, model.")
 
 
@@ -154,14 +155,16 @@ def evaluate_relatedness(dataset: str, data_dir: Path, system: str, model: Optio
 
 
 def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
-        model: Optional[str] = None, fold: int = 0) -> dict:
+        model: Optional[str] = None, fold: int = 0, precision: str = "fp32", index_type: str = "flat") -> dict:
     """One evaluation; the metrics as a dict."""
     header = {"dataset": dataset, "split": split if dataset != "cadec" else f"fold{fold}-test",
               "system": system, "protocol": protocol, "model": model if system == "model" else None}
+    if system == "model" and (precision, index_type) != ("fp32", "flat"):
+        header.update(precision=precision, index_type=index_type)
     if dataset in RELATEDNESS_DATASETS:
         return {**header, "protocol": "cosine", **evaluate_relatedness(dataset, data_dir, system, model)}
     task = prepare(dataset, split, protocol, data_dir, fold)
-    return {**header, **evaluate_linking(task, make_system(system, task.dictionary, model))}
+    return {**header, **evaluate_linking(task, make_system(system, task.dictionary, model, precision, index_type))}
 
 
 class Dataset(str, Enum):
@@ -198,11 +201,14 @@ def evaluate_command(
     model: str = typer.Option("default", "--model", help="Model directory or name (system model)."),
     protocol: Protocol = typer.Option(Protocol.standard, "--protocol", help="standard (papers) or lenient (raw mentions)."),
     fold: int = typer.Option(0, "--fold", help="CADEC fold."),
+    precision: str = typer.Option("fp32", "--precision", help="Mention encoding (system model): fp32, or int8 (ONNX)."),
+    index_type: str = typer.Option("flat", "--index-type", help="FAISS index over the dictionary (system model)."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the metrics JSON here."),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     try:
-        metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold)
+        metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold,
+                      precision, index_type)
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)

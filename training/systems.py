@@ -106,28 +106,32 @@ class EmbeddingCache:
 
 
 class EncoderSystem(LinkingSystem):
-    """Any Hugging Face encoder: names and mentions embedded, exact FAISS search."""
+    """Any Hugging Face encoder: names embedded exactly (fp32), mentions at `precision` (fp32,
+    or int8 through ONNX Runtime, as the pipe links by default), FAISS search of `index_type`."""
 
     name = "model"
 
     def __init__(self, kb: KnowledgeBase, model: str, pooling: str = "auto", batch_size: int = 256,
-                 device: str = "cpu"):
+                 device: str = "cpu", precision: str = "fp32", index_type: str = "flat"):
         from spacy_sapbert.defaults import resolve_model
         from spacy_sapbert.encoder import Encoder
+        from spacy_sapbert.encoder_base import load_encoder
         from spacy_sapbert.index import ConceptIndex, make_faiss_index
 
         self.encoder = Encoder(resolve_model(model), pooling=pooling, batch_size=batch_size, device=device)
         self.cache = EmbeddingCache(self.encoder)
+        self.query_encoder = (self.encoder if precision == "fp32" else
+                              load_encoder(resolve_model(model), precision, pooling=pooling, batch_size=batch_size))
         start = time.perf_counter()
         names, cuis = kb.name_rows()
         position = {cui: i for i, cui in enumerate(kb.cui_to_entity)}
         rows = np.array([position[c] for c in cuis], dtype=np.int32)
-        index = make_faiss_index(self.cache.encode(names), "flat")
+        index = make_faiss_index(self.cache.encode(names), index_type)
         self.index = ConceptIndex(kb, index, rows, {"model_fingerprint": self.encoder.fingerprint})
         self.build_seconds = time.perf_counter() - start
 
     def rank(self, texts, k=10):
-        vectors = self.encoder.encode(list(texts))
+        vectors = self.query_encoder.encode(list(texts))
         return [[c for c, _ in row] for row in self.index.search(vectors, k=k)]
 
     def similarity(self, first: Sequence[str], second: Sequence[str]) -> np.ndarray:

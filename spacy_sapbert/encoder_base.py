@@ -1,0 +1,79 @@
+"""What the torch encoder and the ONNX encoder share, and `load_encoder`, which picks one.
+
+Nothing here imports torch: a pipe that links with the int8 ONNX encoder never loads it.
+"""
+import json
+from pathlib import Path
+from typing import Union
+
+POOLINGS = ("cls", "mean")
+# Written beside a trained model so that `pooling="auto"` knows how it was trained.
+POOLING_FILE = "sapbert_pooling.json"
+# Encodes shorter than this many texts get no progress bar.
+PROGRESS_MIN_TEXTS = 5000
+PRECISIONS = ("fp32", "int8")
+
+
+class EncoderError(ValueError):
+    """The encoder cannot be loaded or configured as asked."""
+
+
+def detect_pooling(model_dir: Path) -> str:
+    """The pooling a model directory records, or "cls" (SapBERT's) when it records none."""
+    ours = model_dir / POOLING_FILE
+    if ours.exists():
+        return json.loads(ours.read_text())["pooling"]
+    sentence_transformers = model_dir / "1_Pooling" / "config.json"
+    if sentence_transformers.exists():
+        config = json.loads(sentence_transformers.read_text())
+        if config.get("pooling_mode_mean_tokens"):
+            return "mean"
+    return "cls"
+
+
+def load_encoder(
+    model: Union[str, Path],
+    precision: str = "fp32",
+    pooling: str = "auto",
+    max_length: int = 25,
+    device: str = "cpu",
+    batch_size: int = 256,
+):
+    """The encoder for `model` at `precision`.
+
+    fp32: the model itself with torch (exact; CPU or GPU). int8: an ONNX Runtime export with
+    int8 weights (CPU only; exported on first use and cached). A directory that already is an
+    ONNX export loads as one, whatever `precision` says.
+    """
+    from .onnx_encoder import OnnxEncoder, exported_model, is_onnx_dir
+
+    if precision not in PRECISIONS:
+        raise EncoderError(f"Unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}.")
+    if is_onnx_dir(model) or precision != "fp32":
+        if device != "cpu":
+            raise EncoderError(f"The {precision} ONNX encoder runs on CPU only, not device={device!r}; "
+                               "use precision 'fp32' on a GPU.")
+        path = exported_model(model, precision, pooling=pooling, max_length=max_length)
+        return OnnxEncoder(path, pooling=pooling, max_length=max_length, batch_size=batch_size)
+    from .encoder import Encoder
+
+    return Encoder(model, pooling=pooling, max_length=max_length, device=device, batch_size=batch_size)
+
+
+def exact_encoder(encoder):
+    """The fp32 torch model behind `encoder` (itself when it is one): names are embedded exactly
+    even when mentions go through int8."""
+    meta = getattr(encoder, "meta", None)
+    if meta is None:
+        return encoder
+    from .encoder import Encoder
+
+    source = Path(meta["source_model"])
+    if not (source / "config.json").exists():
+        raise EncoderError(f"{encoder.name_or_path} was exported from {source}, which is gone, and building "
+                           "an index needs that exact model; point `model` at it, or export again.")
+    exact = Encoder(source, pooling=encoder.pooling, max_length=encoder.max_length)
+    if exact.fingerprint != encoder.fingerprint:
+        raise EncoderError(f"{source} has changed since {encoder.name_or_path} was exported from it; "
+                           "export it again.")
+    return exact

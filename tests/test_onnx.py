@@ -1,0 +1,116 @@
+"""The int8/fp32 ONNX encoder: same vectors as the torch model, same fingerprint, clear errors."""
+import json
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import TINY_CONCEPTS
+
+from spacy_sapbert.encoder_base import EncoderError, load_encoder
+from spacy_sapbert.onnx_encoder import ONNX_META, OnnxEncoder, exported_model, export_onnx
+
+TEXTS = ["Lactic acidosis", "type 2 diabetes", "", "  ", "ÄB-12 café naïve β-blocker", "x" * 300,
+         "non-insulin-dependent diabetes mellitus (NIDDM)"]
+
+
+@pytest.fixture(scope="module")
+def onnx_dirs(tiny_model, tmp_path_factory):
+    root = tmp_path_factory.mktemp("onnx")
+    return {p: export_onnx(tiny_model, root / p, precision=p) for p in ("fp32", "int8")}
+
+
+def test_fp32_export_gives_the_torch_vectors(onnx_dirs, tiny_encoder):
+    onnx = OnnxEncoder(onnx_dirs["fp32"], batch_size=3)
+    np.testing.assert_allclose(onnx.encode(TEXTS), tiny_encoder.encode(TEXTS), atol=1e-5)
+    assert onnx.fingerprint == tiny_encoder.fingerprint and onnx.dim == tiny_encoder.dim
+
+
+def test_int8_export_stays_close_and_ranks_alike(onnx_dirs, tiny_encoder, tiny_index_dir):
+    from spacy_sapbert.index import ConceptIndex
+
+    onnx = OnnxEncoder(onnx_dirs["int8"])
+    names = [n for c in TINY_CONCEPTS for n in [c["canonical_name"], *c["aliases"]]]
+    cosine = (onnx.encode(names) * tiny_encoder.encode(names)).sum(1)
+    assert cosine.min() > 0.95
+    # the exact model's index serves the int8 encoder, which answers to the same fingerprint
+    index = ConceptIndex.load(tiny_index_dir, encoder=onnx)
+    exact = [row[0][0] for row in index.search(tiny_encoder.encode(names), k=1)]
+    quantised = [row[0][0] for row in index.search(onnx.encode(names), k=1)]
+    assert np.mean([a == b for a, b in zip(exact, quantised)]) >= 0.9
+    assert (onnx_dirs["int8"] / "model.onnx").stat().st_size < (onnx_dirs["fp32"] / "model.onnx").stat().st_size
+
+
+def test_tokenizer_matches_transformers(onnx_dirs, tiny_encoder):
+    onnx = OnnxEncoder(onnx_dirs["fp32"])
+    ours = [e.ids for e in onnx.tokenizer.encode_batch([t or " " for t in TEXTS])]
+    theirs = tiny_encoder.tokenizer([t or " " for t in TEXTS], padding=True, truncation=True, max_length=25)["input_ids"]
+    assert ours == theirs
+
+
+def test_load_encoder_picks_the_backend(onnx_dirs, tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path))
+    assert load_encoder(tiny_model, "fp32").precision == "fp32"
+    assert isinstance(load_encoder(onnx_dirs["fp32"], "int8"), OnnxEncoder)  # an export loads as itself
+    first = load_encoder(tiny_model, "int8")
+    assert isinstance(first, OnnxEncoder) and first.path.parent == tmp_path
+    stamp = (first.path / "model.onnx").stat().st_mtime_ns
+    assert exported_model(tiny_model, "int8", pooling="auto", max_length=25) == first.path  # cached
+    assert (first.path / "model.onnx").stat().st_mtime_ns == stamp
+    with pytest.raises(EncoderError, match="CPU only"):
+        load_encoder(tiny_model, "int8", device="cuda")
+    with pytest.raises(EncoderError, match="Unknown precision"):
+        load_encoder(tiny_model, "int4")
+    with pytest.raises(EncoderError, match="local model directory"):
+        load_encoder("some-org/not-here", "int8")
+
+
+def test_mismatched_settings_and_damaged_exports_are_refused(onnx_dirs, tmp_path):
+    with pytest.raises(EncoderError, match="max_length 25, not 32"):
+        OnnxEncoder(onnx_dirs["int8"], max_length=32)
+    with pytest.raises(EncoderError, match="mean pooling"):
+        OnnxEncoder(onnx_dirs["int8"], pooling="cls")
+    with pytest.raises(EncoderError, match="not an exported ONNX encoder"):
+        OnnxEncoder(tmp_path)
+    import shutil
+
+    broken = shutil.copytree(onnx_dirs["int8"], tmp_path / "broken")
+    (broken / "model.onnx").unlink()
+    with pytest.raises(EncoderError, match="model.onnx is missing"):
+        OnnxEncoder(broken)
+    (broken / ONNX_META).write_text("{not json")
+    with pytest.raises(EncoderError, match="not valid JSON"):
+        OnnxEncoder(broken)
+
+
+def test_pickled_encoder_encodes_the_same(onnx_dirs):
+    onnx = OnnxEncoder(onnx_dirs["int8"])
+    copy = pickle.loads(pickle.dumps(onnx))
+    np.testing.assert_array_equal(copy.encode(TEXTS), onnx.encode(TEXTS))
+
+
+def test_int8_linking_never_imports_transformers(onnx_dirs, tiny_index_dir):
+    code = (
+        "import sys, spacy, spacy_sapbert\n"
+        "nlp = spacy.blank('en'); nlp.add_pipe('entity_ruler').add_patterns([{'label': 'Disease', 'pattern': 'tumour'}])\n"
+        f"linker = nlp.add_pipe('sapbert_linker', config={{'model': {str(onnx_dirs['int8'])!r}, 'index': {str(tiny_index_dir)!r}, 'threshold': -1.0}})\n"
+        "linker.initialize(); doc = nlp('a tumour')\n"
+        "print(doc.ents[0]._.cui, 'transformers' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["D009369", "False"]
+
+
+def test_saved_int8_pipeline_loads_as_int8(onnx_dirs, tiny_model, tiny_index_dir, tmp_path):
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "precision": "int8"})
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "pipeline")
+    saved = tmp_path / "pipeline" / "sapbert_linker"
+    assert json.loads((saved / "cfg.json").read_text())["precision"] == "int8"
+    assert (saved / "model" / ONNX_META).exists() and not (saved / "model" / "model.safetensors").exists()
+    loaded = spacy.load(tmp_path / "pipeline").get_pipe("sapbert_linker")
+    assert isinstance(loaded.encoder, OnnxEncoder)
