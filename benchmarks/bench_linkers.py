@@ -48,11 +48,20 @@ def gold_docs(nlp, data_dir: Path):
 
 
 # Our pipe's levers, one row each (linker config overrides); "default" is the shipped config.
+# Our pipe's levers, one row each: linker config overrides ("batch_size" is docs per nlp.pipe
+# batch here). The last row is the shipped default.
 VARIANTS = {
-    "fp32 flat no-cache": {"precision": "fp32", "cache_size": 0, "index": "default-exact"},
+    "fp32 flat no-cache enc-batch-256": {"precision": "fp32", "cache_size": 0, "index": "default-exact",
+                                         "encoder_batch_size": 256},
     "fp32 flat": {"precision": "fp32", "index": "default-exact"},
-    "int8 flat": {"precision": "int8", "index": "default-exact"},
     "fp32 hnsw-sq8": {"precision": "fp32"},
+    "int8 flat": {"precision": "int8", "index": "default-exact"},
+    "int8 hnsw-sq8 enc-batch-256": {"encoder_batch_size": 256},
+    "int8 hnsw-sq8 1-ort-thread": {"threads": 1},
+    "int8 hnsw-sq8 1-doc-batches no-cache": {"batch_size": 1, "cache_size": 0},
+    "int8 hnsw-sq8 1-doc-batches": {"batch_size": 1},
+    "int8 hnsw-sq8 exact-match": {"exact_match": True},
+    "int8 hnsw-sq8 exact-match 1-doc-batches": {"exact_match": True, "batch_size": 1},
     "int8 hnsw-sq8 (default)": {},
 }
 
@@ -73,6 +82,7 @@ def measure(system: str, data_dir: Path, threads: int, index: str = "default", v
         import spacy_sapbert  # noqa: F401
 
         config = {"threshold": -1.0, "label_types": {}, **VARIANTS[variant]}
+        batch_size = config.pop("batch_size", batch_size)
         if index != "default":
             config["index"] = index
         linker = nlp.add_pipe("sapbert_linker", config=config)

@@ -38,12 +38,14 @@ def load_encoder(
     max_length: int = 25,
     device: str = "cpu",
     batch_size: int = 256,
+    threads: int = 0,
 ):
     """The encoder for `model` at `precision`.
 
     fp32: the model itself with torch (exact; CPU or GPU). int8: an ONNX Runtime export with
     int8 weights (CPU only; exported on first use and cached). A directory that already is an
-    ONNX export loads as one, whatever `precision` says.
+    ONNX export loads as one, whatever `precision` says. threads: ONNX Runtime's (0: one per
+    core); torch keeps its own setting.
     """
     from .onnx_encoder import OnnxEncoder, exported_model, is_onnx_dir
 
@@ -54,7 +56,7 @@ def load_encoder(
             raise EncoderError(f"The {precision} ONNX encoder runs on CPU only, not device={device!r}; "
                                "use precision 'fp32' on a GPU.")
         path = exported_model(model, precision, pooling=pooling, max_length=max_length)
-        return OnnxEncoder(path, pooling=pooling, max_length=max_length, batch_size=batch_size)
+        return OnnxEncoder(path, pooling=pooling, max_length=max_length, batch_size=batch_size, threads=threads)
     from .encoder import Encoder
 
     return Encoder(model, pooling=pooling, max_length=max_length, device=device, batch_size=batch_size)

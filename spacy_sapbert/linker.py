@@ -34,8 +34,11 @@ CFG_FILE = "cfg.json"
         "labels": [],
         "label_types": None,
         "batch_size": 256,
+        "encoder_batch_size": 32,
         "cache_size": 10000,
+        "exact_match": False,
         "precision": "int8",
+        "threads": 0,
         "pooling": "auto",
         "max_length": 25,
         "device": "cpu",
@@ -56,8 +59,11 @@ def make_sapbert_linker(
     labels: List[str],
     label_types: Optional[Dict[str, List[str]]],
     batch_size: int,
+    encoder_batch_size: int,
     cache_size: int,
+    exact_match: bool,
     precision: str,
+    threads: int,
     pooling: str,
     max_length: int,
     device: str,
@@ -78,13 +84,19 @@ def make_sapbert_linker(
     labels: entity labels to link; empty links every entity.
     label_types: entity label → allowed concept type prefixes (e.g. {"Disease": ["C", "F03"]});
         None takes the index's own mapping, {} restricts nothing.
-    batch_size: documents per batch in `pipe` (their mentions are encoded together).
+    batch_size: documents per batch in `pipe` (their distinct mentions are encoded together).
+    encoder_batch_size: mentions per forward pass. Mentions are sorted by length, so small
+        batches pad little: on 2 CPU cores 32 linked NCBI dev twice as fast as 256, with a peak
+        RSS 120 MB lower.
     cache_size: mention texts whose candidates are remembered (least recently used go
         first), so a mention seen before is neither encoded nor searched again; 0 turns it off.
+    exact_match: a mention that equals a name of the index (ignoring case and spacing) gets
+        that name's concepts with score 1.0 and is not encoded; `kb_ents` then holds only them.
     precision: how mentions are encoded. "int8": ONNX Runtime with int8 weights (CPU; about
         2.5× faster than fp32, without torch; the model is exported on first use and cached).
         "fp32": the model itself with torch (exact; CPU or GPU). Names are always embedded in
         fp32 when an index is built.
+    threads: ONNX Runtime threads for int8 encoding; 0 takes one per physical core.
     pooling, max_length, device: encoder settings ("auto" pooling reads the model's own).
     cui_attr, score_attr, candidates_attr: names of the Span extensions set.
     """
@@ -92,7 +104,8 @@ def make_sapbert_linker(
         nlp.vocab, name=name, model=model, index=index, k=k, threshold=threshold,
         max_entities_per_mention=max_entities_per_mention,
         resolve_abbreviations=resolve_abbreviations, labels=labels, label_types=label_types,
-        batch_size=batch_size, cache_size=cache_size, precision=precision, pooling=pooling, max_length=max_length, device=device,
+        batch_size=batch_size, encoder_batch_size=encoder_batch_size, cache_size=cache_size,
+        exact_match=exact_match, precision=precision, threads=threads, pooling=pooling, max_length=max_length, device=device,
         cui_attr=cui_attr, score_attr=score_attr, candidates_attr=candidates_attr,
     )
 
@@ -113,6 +126,11 @@ def expand_abbreviations(text: str, abbreviations: Dict[str, str]) -> str:
     return re.sub(pattern, lambda m: abbreviations[m.group(0)], text)
 
 
+def normalise_name(text: str) -> str:
+    """Lowercase, with runs of whitespace as one space: how exact_match compares names."""
+    return " ".join(text.lower().split())
+
+
 class SapBERTLinker(Pipe):
     """Link entities to concepts: embed each mention, search the concept index, set
     `span._.cui`, `span._.cui_score`, `span._.kb_ents` and `span.kb_id_`."""
@@ -131,8 +149,11 @@ class SapBERTLinker(Pipe):
         labels: Iterable[str] = (),
         label_types: Optional[Dict[str, List[str]]] = None,
         batch_size: int = 256,
+        encoder_batch_size: int = 32,
         cache_size: int = 10000,
+        exact_match: bool = False,
         precision: str = "int8",
+        threads: int = 0,
         pooling: str = "auto",
         max_length: int = 25,
         device: str = "cpu",
@@ -158,10 +179,14 @@ class SapBERTLinker(Pipe):
         self.link_labels = list(labels)
         self.label_types = label_types
         self.batch_size = batch_size
+        self.encoder_batch_size = encoder_batch_size
         self.cache_size = cache_size
         # (mention text, type prefixes) → candidates, least recently used first.
         self._cache: "OrderedDict[Tuple[str, Tuple[str, ...]], Candidates]" = OrderedDict()
+        self.exact_match = exact_match
+        self._names: Optional[Dict[str, List[str]]] = None  # normalised name → concept ids
         self.precision = precision
+        self.threads = threads
         self.pooling = pooling
         self.max_length = max_length
         self.device = device
@@ -185,11 +210,15 @@ class SapBERTLinker(Pipe):
 
         self.encoder = load_encoder(
             resolve_model(str(model)), precision=self.precision, pooling=self.pooling,
-            max_length=self.max_length, device=self.device, batch_size=self.batch_size,
+            max_length=self.max_length, device=self.device, batch_size=self.encoder_batch_size,
+            threads=self.threads,
         )
         index_path = resolve_index(str(index), self.encoder)
         self.index = ConceptIndex.load(index_path, encoder=self.encoder)
         self._cache.clear()  # candidates from another model or index would be wrong
+        self._names = None
+        if self.exact_match:
+            self._exact_candidates("", ())  # builds the name map at load, not on the first doc
         self._check_label_types()
 
     def _ensure_loaded(self) -> None:
@@ -256,6 +285,12 @@ class SapBERTLinker(Pipe):
                 self._cache.move_to_end(key)
                 found[key] = self._cache[key]
         missing = [key for key in distinct if key not in found]
+        if self.exact_match:
+            for key in missing:
+                exact = self._exact_candidates(*key)
+                if exact:
+                    found[key] = exact
+            missing = [key for key in missing if key not in found]
         if missing:
             texts = sorted({text for text, _ in missing})
             vectors = self.encoder.encode(texts)
@@ -270,6 +305,21 @@ class SapBERTLinker(Pipe):
                     found[(text, types)] = candidates
             self._remember({key: found[key] for key in missing})
         return [[found[key] if key is not None else None for key in keys] for keys in wanted]
+
+    def _exact_candidates(self, text: str, types: Tuple[str, ...]) -> Candidates:
+        """The concepts (of `types`) that have `text` as a name, each with score 1.0."""
+        if self._names is None:
+            self._names = {}
+            for concept in self.index.kb:
+                for name in concept.names:
+                    ids = self._names.setdefault(normalise_name(name), [])
+                    if concept.concept_id not in ids:
+                        ids.append(concept.concept_id)
+        ids = self._names.get(normalise_name(text), [])
+        if types:
+            entities = self.index.kb.cui_to_entity
+            ids = [c for c in ids if any(t.startswith(types) for t in entities[c].types)]
+        return [(c, 1.0) for c in ids[: self.k]]
 
     def _remember(self, new: Dict[Tuple[str, Tuple[str, ...]], Candidates]) -> None:
         if not self.cache_size:

@@ -117,6 +117,9 @@ class OnnxEncoder:
             forked = self._session_pid is not None
             options.intra_op_num_threads = 1 if forked else self.threads
             options.inter_op_num_threads = 1
+            # FAISS's OpenMP threads run between our calls; idle ORT threads spinning beside
+            # them slowed linking on 2 cores.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             self._session = onnxruntime.InferenceSession(
                 str(self.path / self.meta["file"]), options, providers=["CPUExecutionProvider"]
             )

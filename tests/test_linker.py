@@ -170,10 +170,11 @@ def test_default_model_and_index_link_out_of_the_box():
     assert nlp.get_pipe("sapbert_linker").kb.cui_to_entity["D008687"].canonical_name == "Metformin"
 
 
-def _cached_nlp(tiny_model, tiny_index_dir, cache_size):
+def _cached_nlp(tiny_model, tiny_index_dir, cache_size, **config):
     nlp = ruler_nlp(DEMO_PATTERNS)
     linker = nlp.add_pipe("sapbert_linker", config={
         "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0, "cache_size": cache_size,
+        **config,
     })
     linker.initialize()
     encoded = []
@@ -200,3 +201,15 @@ def test_the_cache_is_bounded_least_recently_used_first(tiny_model, tiny_index_d
     assert len(linker._cache) == 2
     with pytest.raises(ValueError, match=r"cache_size \(-1\) must be 0 \(off\) or more"):
         spacy.blank("en").add_pipe("sapbert_linker", config={"cache_size": -1})
+
+
+def test_exact_match_skips_encoding_names_of_the_index(tiny_model, tiny_index_dir):
+    nlp, linker, encoded = _cached_nlp(tiny_model, tiny_index_dir, cache_size=0, exact_match=True)
+    nlp.get_pipe("entity_ruler").add_patterns([{"label": "Chemical", "pattern": "Tumour"}])
+    doc = nlp("Acute renal failure, tumour and NIDDM after metformin, lactic acidosis, Tumour.")
+    links = {e.text: (e._.cui, e._.cui_score, e._.kb_ents) for e in doc.ents}
+    assert links["lactic acidosis"] == ("D000140", 1.0, [("D000140", 1.0)])
+    assert links["NIDDM"][:2] == ("D003924", 1.0) and links["metformin"][:2] == ("D008687", 1.0)
+    assert links["tumour"][:2] == ("D009369", 1.0) and links["Acute renal failure"][:2] == ("D058186", 1.0)
+    # a Chemical may only be a D-tree concept, and no chemical is named "tumour": it is encoded
+    assert encoded == ["Tumour"] and links["Tumour"][0] != "D009369"
