@@ -33,6 +33,7 @@ MESH_LABEL_TYPES: Dict[str, List[str]] = {
     "CHEMICAL": ["D"],
 }
 DEFAULT = "default"
+FAST = "fast"
 # The default index's FAISS type: graph search over 8-bit vectors (see index.make_faiss_index);
 # `index = "default-exact"` takes the exact flat index instead.
 DEFAULT_INDEX_TYPE = "hnsw-sq8"
@@ -177,9 +178,26 @@ def default_index_path(encoder) -> Path:
     return cached
 
 
+def fast_model_path() -> Path:
+    """The bundled distilled student (an int8 ONNX export embedding into the default model's
+    space), which `model = "fast"` names."""
+    bundled = ASSETS / FAST
+    if not (bundled / "sapbert_onnx.json").exists():
+        raise ResourceError(
+            f"No fast model is bundled in {bundled}; build it with `spacy project run distill`, or "
+            "use model 'default'."
+        )
+    return bundled
+
+
 def resolve_model(model: str) -> str:
-    """`model` as given, or the default model's directory for "default"."""
-    return str(default_model_path()) if model == DEFAULT else model
+    """`model` as given, the default model's directory for "default", or the bundled distilled
+    student's for "fast"."""
+    if model == DEFAULT:
+        return str(default_model_path())
+    if model == FAST:
+        return str(fast_model_path())
+    return model
 
 
 def resolve_index(index: str, encoder) -> Optional[Path]:

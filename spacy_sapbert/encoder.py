@@ -9,10 +9,11 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
-from .encoder_base import POOLING_FILE, POOLINGS, PROGRESS_MIN_TEXTS, EncoderError, detect_pooling
+from .encoder_base import (  # noqa: F401  (re-exported: training imports them from here)
+    POOLING_FILE, POOLINGS, PROGRESS_MIN_TEXTS, TEACHER_FILE, EncoderError, detect_pooling, length_sorted_batches,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,18 @@ class Encoder:
             ) from None
         self.model.eval()
         self._fingerprint = self._compute_fingerprint()
+        # A distilled student embeds into its teacher's space: it answers to the teacher's
+        # fingerprint, so the teacher's index serves it, and indexes are built by the teacher.
+        self.teacher: Optional[str] = None  # as the student records it ("default" or a path)
+        self.teacher_model: Optional[str] = None  # resolved to a directory
+        teacher_file = local / TEACHER_FILE
+        if teacher_file.exists():
+            from .defaults import resolve_model
+
+            teacher = json.loads(teacher_file.read_text())
+            self._fingerprint = teacher["fingerprint"]
+            self.teacher = teacher["teacher"]
+            self.teacher_model = resolve_model(self.teacher)
         if self.device.type == "cuda":
             self.model.half()
         self.model.to(self.device)
@@ -113,7 +126,8 @@ class Encoder:
     @property
     def fingerprint(self) -> str:
         """A hash of the weights, the tokenizer, the pooling and max_length: two encoders with
-        the same fingerprint give the same vectors."""
+        the same fingerprint give the same vectors (a distilled student gives its teacher's:
+        vectors in the same space)."""
         return self._fingerprint
 
     def _compute_fingerprint(self) -> str:
@@ -137,14 +151,9 @@ class Encoder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not len(texts):
             return out
-        order = np.argsort([-len(t) for t in texts], kind="stable")
-        if show_progress is None:
-            show_progress = len(texts) >= PROGRESS_MIN_TEXTS
-        starts = range(0, len(texts), self.batch_size)
-        for start in tqdm(starts, desc="encoding", unit="batch", disable=not show_progress):
-            rows = order[start : start + self.batch_size]
+        for rows, texts_in_batch in length_sorted_batches(texts, self.batch_size, show_progress):
             batch = self.tokenizer(
-                [texts[i] or " " for i in rows],
+                texts_in_batch,
                 padding=True,
                 truncation=True,
                 max_length=self.max_length,

@@ -4,7 +4,9 @@ Nothing here imports torch: a pipe that links with the int8 ONNX encoder never l
 """
 import json
 from pathlib import Path
-from typing import Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 POOLINGS = ("cls", "mean")
 # Written beside a trained model so that `pooling="auto"` knows how it was trained.
@@ -12,10 +14,28 @@ POOLING_FILE = "sapbert_pooling.json"
 # Encodes shorter than this many texts get no progress bar.
 PROGRESS_MIN_TEXTS = 5000
 PRECISIONS = ("fp32", "int8")
+# Written beside a distilled student: the teacher whose vector space it embeds into.
+TEACHER_FILE = "sapbert_teacher.json"
 
 
 class EncoderError(ValueError):
     """The encoder cannot be loaded or configured as asked."""
+
+
+def length_sorted_batches(
+    texts: Sequence[str], batch_size: int, show_progress: Optional[bool] = None
+) -> Iterator[Tuple[np.ndarray, List[str]]]:
+    """(rows, texts) batches of texts of similar length, longest first, so each batch pads
+    little; an empty text is given as " ". A progress bar shows from PROGRESS_MIN_TEXTS texts."""
+    from tqdm.auto import tqdm
+
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    if show_progress is None:
+        show_progress = len(texts) >= PROGRESS_MIN_TEXTS
+    starts = range(0, len(texts), batch_size)
+    for start in tqdm(starts, desc="encoding", unit="batch", disable=not show_progress):
+        rows = order[start : start + batch_size]
+        yield rows, [texts[i] or " " for i in rows]
 
 
 def detect_pooling(model_dir: Path) -> str:
@@ -63,14 +83,17 @@ def load_encoder(
 
 
 def exact_encoder(encoder):
-    """The fp32 torch model behind `encoder` (itself when it is one): names are embedded exactly
-    even when mentions go through int8."""
-    meta = getattr(encoder, "meta", None)
-    if meta is None:
-        return encoder
+    """The fp32 torch model whose vector space `encoder` embeds into: itself, the model an int8
+    export came from, or a distilled student's teacher. Names are embedded by it, exactly."""
     from .encoder import Encoder
 
-    source = Path(meta["source_model"])
+    meta = getattr(encoder, "meta", None)
+    if meta is None:
+        teacher = getattr(encoder, "teacher_model", None)
+        return Encoder(teacher, pooling=encoder.pooling, max_length=encoder.max_length) if teacher else encoder
+    from .defaults import resolve_model
+
+    source = Path(resolve_model(meta.get("exact_model", meta["source_model"])))
     if not (source / "config.json").exists():
         raise EncoderError(f"{encoder.name_or_path} was exported from {source}, which is gone, and building "
                            "an index needs that exact model; point `model` at it, or export again.")

@@ -270,7 +270,7 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _seed_everything(seed: int) -> None:
+def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -352,7 +352,7 @@ class Trainer:
         checkpoint = latest_checkpoint(self.output) if resume else None
         if resume and checkpoint is None:
             logger.warning("--resume found no checkpoint under %s; starting from the beginning.", self.output)
-        _seed_everything(run.seed + self.dist.rank)
+        seed_everything(run.seed + self.dist.rank)
         tokenizer, model = self._load_model(checkpoint / "model" if checkpoint else cfg.model.name_or_path)
         model.train()
         pooling = cfg.model.pooling
