@@ -114,14 +114,15 @@ class EncoderSystem(LinkingSystem):
     def __init__(self, kb: KnowledgeBase, model: str, pooling: str = "auto", batch_size: int = 256,
                  device: str = "cpu", precision: str = "fp32", index_type: str = "flat"):
         from spacy_sapbert.defaults import resolve_model
-        from spacy_sapbert.encoder import Encoder
-        from spacy_sapbert.encoder_base import load_encoder
+        from spacy_sapbert.encoder_base import exact_encoder, load_encoder
         from spacy_sapbert.index import ConceptIndex, make_faiss_index
 
-        self.encoder = Encoder(resolve_model(model), pooling=pooling, batch_size=batch_size, device=device)
+        # Names are embedded by the exact model of the vector space (a distilled student's
+        # teacher); mentions by the model itself, at `precision`.
+        model_path = resolve_model(model)
+        self.query_encoder = load_encoder(model_path, precision, pooling=pooling, batch_size=batch_size, device=device)
+        self.encoder = exact_encoder(self.query_encoder)
         self.cache = EmbeddingCache(self.encoder)
-        self.query_encoder = (self.encoder if precision == "fp32" else
-                              load_encoder(resolve_model(model), precision, pooling=pooling, batch_size=batch_size))
         start = time.perf_counter()
         names, cuis = kb.name_rows()
         position = {cui: i for i, cui in enumerate(kb.cui_to_entity)}
