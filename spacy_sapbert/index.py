@@ -261,9 +261,13 @@ class ConceptIndex:
         return path
 
     @classmethod
-    def load(cls, path: Union[str, Path], encoder: Optional["Encoder"] = None) -> "ConceptIndex":
+    def load(cls, path: Union[str, Path], encoder: Optional["Encoder"] = None, mmap: bool = False) -> "ConceptIndex":
         """Read an index directory, checking every file against `meta.json` and, when given,
-        the encoder against the fingerprint the index was built with."""
+        the encoder against the fingerprint the index was built with.
+
+        mmap: map the FAISS file's vectors read-only instead of reading them into memory, so
+        only the pages a search touches are loaded and processes share them (flat, sq8 and the
+        vectors of hnsw/hnsw-sq8; IVF lists are read as usual)."""
         path = Path(path)
         meta_path = path / META_FILE
         if not meta_path.exists():
@@ -300,7 +304,8 @@ class ConceptIndex:
         except KBFormatError as err:
             raise ConceptIndexError(f"The index's knowledge base is unreadable: {err}") from None
         kb.version = meta.get("kb_version", "")
-        index = faiss.read_index(str(path / FAISS_FILE))
+        flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
+        index = faiss.read_index(str(path / FAISS_FILE), flags)
         rows = np.load(path / ROWS_FILE)
         if index.ntotal != len(rows) or index.d != meta.get("dim") or len(kb) != meta.get("n_concepts"):
             raise ConceptIndexError(

@@ -142,3 +142,12 @@ def test_converted_index_keeps_names_and_recall(large_kb, tiny_encoder, tmp_path
     assert reloaded.search(queries[:5], k=3) == compact.search(queries[:5], k=3)
     with pytest.raises(ConceptIndexError, match="approximate vectors"):
         compact.converted("flat")
+
+
+@pytest.mark.parametrize("index_type", ["flat", "hnsw-sq8"])
+def test_memory_mapped_index_searches_the_same(large_kb, tiny_encoder, tmp_path, index_type):
+    built = ConceptIndex.build(large_kb, tiny_encoder, index_type=index_type)
+    saved = built.save(tmp_path / index_type)
+    queries = tiny_encoder.encode([c.canonical_name for c in list(large_kb)[:20]])
+    mapped = ConceptIndex.load(saved, encoder=tiny_encoder, mmap=True)
+    assert mapped.search(queries, k=5) == ConceptIndex.load(saved).search(queries, k=5)
