@@ -114,3 +114,12 @@ def test_saved_int8_pipeline_loads_as_int8(onnx_dirs, tiny_model, tiny_index_dir
     assert (saved / "model" / ONNX_META).exists() and not (saved / "model" / "model.safetensors").exists()
     loaded = spacy.load(tmp_path / "pipeline").get_pipe("sapbert_linker")
     assert isinstance(loaded.encoder, OnnxEncoder)
+
+
+def test_the_bundled_fast_model_loads_without_torch_and_names_its_teacher():
+    from spacy_sapbert.defaults import resolve_model
+
+    fast = load_encoder(resolve_model("fast"), "int8")
+    assert isinstance(fast, OnnxEncoder) and fast.meta["exact_model"] == "default"
+    vectors = fast.encode(["lactic acidosis", "lactate acidosis", "cisplatin"])
+    assert vectors.shape == (3, 384) and vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
