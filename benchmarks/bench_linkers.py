@@ -9,7 +9,7 @@ and Acc@1 of the raw mentions (no abbreviation or composite handling) for each, 
 ratios ours / scispaCy.
 
     python benchmarks/bench_linkers.py [--data-dir ../shared/data] [--threads 2]
-    python benchmarks/bench_linkers.py --variants "int8 hnsw-sq8 (default)" --batch-size 1
+    python benchmarks/bench_linkers.py --variants "int8 hnsw-sq8 (default)" --batch-size 1   # docs one at a time
     python benchmarks/bench_linkers.py --only ours --index runs/linking-index   # another KB
 
 With --index the gold ids are resolved through the index's KB (OMIM ids of merged MONDO
@@ -111,7 +111,7 @@ def measure(system: str, data_dir: Path, threads: int, index: str = "default", v
     load = time.perf_counter() - start
     start = time.perf_counter()
     if system == "ours":
-        linked = list(nlp.get_pipe("sapbert_linker").pipe(docs, batch_size=batch_size))
+        linked = list(nlp.pipe(docs, batch_size=batch_size))  # docs in, entities already set
     else:
         linked = [linker(doc) for doc in docs]  # scispaCy's linker has no batched pipe()
     seconds = time.perf_counter() - start
