@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from .encoder_base import (  # noqa: F401  (re-exported: training imports them from here)
-    POOLING_FILE, POOLINGS, PROGRESS_MIN_TEXTS, TEACHER_FILE, EncoderError, detect_pooling, length_sorted_batches,
+    POOLING_FILE, POOLINGS, TEACHER_FILE, EncoderError, detect_pooling, length_sorted_batches,
 )
 
 logger = logging.getLogger(__name__)

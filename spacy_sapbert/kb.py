@@ -78,6 +78,11 @@ def clean_name(name: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", name).split())
 
 
+def name_key(text: str) -> str:
+    """A name as exact matching compares it: case-folded, runs of whitespace as one space."""
+    return " ".join(text.casefold().split())
+
+
 class KnowledgeBase:
     """A set of concepts with scispaCy's lookup tables.
 
@@ -169,6 +174,15 @@ class KnowledgeBase:
                     names.append(name)
                     cuis.append(concept.concept_id)
         return names, cuis
+
+    def name_lookup(self) -> Dict[str, List[str]]:
+        """Each name, normalised by `name_key`, → the ids of the concepts bearing it, in KB order."""
+        lookup: Dict[str, List[str]] = {}
+        for name, cui in zip(*self.name_rows()):
+            concepts = lookup.setdefault(name_key(name), [])
+            if cui not in concepts:
+                concepts.append(cui)
+        return lookup
 
     def filter_types(self, prefixes: Sequence[str]) -> "KnowledgeBase":
         """A new knowledge base with the concepts that have a type starting with a prefix."""

@@ -13,6 +13,7 @@ from spacy.util import minibatch
 
 from .defaults import DEFAULT, resolve_index, resolve_model
 from .index import Candidates, ConceptIndex, ConceptIndexError
+from .kb import name_key
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ def make_sapbert_linker(
 ) -> "SapBERTLinker":
     """Create the linker; it loads nothing until `initialize`, `from_disk` or first use.
 
-    model: "default" (the bundled model), a local model directory or a Hugging Face name.
+    model: "default" (the bundled model), "fast" (the bundled distilled student, int8), a local
+        model directory (or an `export-onnx` one) or a Hugging Face name.
     index: "default" (the MeSH index, 8-bit HNSW), "default-exact" (the same, flat fp32) or an
         index directory from `build-index`.
     k: concepts retrieved per mention.
@@ -105,7 +107,8 @@ def make_sapbert_linker(
         max_entities_per_mention=max_entities_per_mention,
         resolve_abbreviations=resolve_abbreviations, labels=labels, label_types=label_types,
         batch_size=batch_size, encoder_batch_size=encoder_batch_size, cache_size=cache_size,
-        exact_match=exact_match, precision=precision, threads=threads, pooling=pooling, max_length=max_length, device=device,
+        exact_match=exact_match, precision=precision, threads=threads, pooling=pooling,
+        max_length=max_length, device=device,
         cui_attr=cui_attr, score_attr=score_attr, candidates_attr=candidates_attr,
     )
 
@@ -124,11 +127,6 @@ def expand_abbreviations(text: str, abbreviations: Dict[str, str]) -> str:
         return abbreviations[text]
     pattern = r"(?<!\w)(" + "|".join(re.escape(s) for s in sorted(abbreviations, key=len, reverse=True)) + r")(?!\w)"
     return re.sub(pattern, lambda m: abbreviations[m.group(0)], text)
-
-
-def normalise_name(text: str) -> str:
-    """Lowercase, with runs of whitespace as one space: how exact_match compares names."""
-    return " ".join(text.lower().split())
 
 
 class SapBERTLinker(Pipe):
@@ -184,7 +182,7 @@ class SapBERTLinker(Pipe):
         # (mention text, type prefixes) → candidates, least recently used first.
         self._cache: "OrderedDict[Tuple[str, Tuple[str, ...]], Candidates]" = OrderedDict()
         self.exact_match = exact_match
-        self._names: Optional[Dict[str, List[str]]] = None  # normalised name → concept ids
+        self._names: Optional[Dict[str, List[str]]] = None  # name_key(name) → concept ids
         self.precision = precision
         self.threads = threads
         self.pooling = pooling
@@ -216,9 +214,8 @@ class SapBERTLinker(Pipe):
         index_path = resolve_index(str(index), self.encoder)
         self.index = ConceptIndex.load(index_path, encoder=self.encoder)
         self._cache.clear()  # candidates from another model or index would be wrong
-        self._names = None
-        if self.exact_match:
-            self._exact_candidates("", ())  # builds the name map at load, not on the first doc
+        # built at load, not on the first doc
+        self._names = self.index.kb.name_lookup() if self.exact_match else None
         self._check_label_types()
 
     def _ensure_loaded(self) -> None:
@@ -308,14 +305,9 @@ class SapBERTLinker(Pipe):
 
     def _exact_candidates(self, text: str, types: Tuple[str, ...]) -> Candidates:
         """The concepts (of `types`) that have `text` as a name, each with score 1.0."""
-        if self._names is None:
-            self._names = {}
-            for concept in self.index.kb:
-                for name in concept.names:
-                    ids = self._names.setdefault(normalise_name(name), [])
-                    if concept.concept_id not in ids:
-                        ids.append(concept.concept_id)
-        ids = self._names.get(normalise_name(text), [])
+        if self._names is None:  # exact_match was turned on after loading
+            self._names = self.index.kb.name_lookup()
+        ids = self._names.get(name_key(text), [])
         if types:
             entities = self.index.kb.cui_to_entity
             ids = [c for c in ids if any(t.startswith(types) for t in entities[c].types)]

@@ -1,7 +1,6 @@
 """The distilled student: trains, answers to its teacher's fingerprint, links with its index."""
 import json
 
-import numpy as np
 import pytest
 
 from spacy_sapbert.encoder import TEACHER_FILE, Encoder

@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 import numpy as np
 import torch

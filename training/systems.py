@@ -6,12 +6,12 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
 from spacy_sapbert.defaults import cache_dir
-from spacy_sapbert.kb import KnowledgeBase
+from spacy_sapbert.kb import KnowledgeBase, name_key
 
 logger = logging.getLogger(__name__)
 
@@ -29,24 +29,16 @@ class LinkingSystem:
         raise NotImplementedError
 
 
-def _key(text: str) -> str:
-    return " ".join(text.casefold().split())
-
-
 class ExactMatch(LinkingSystem):
     """Concepts having a name equal to the text (case and spacing ignored)."""
 
     name = "exact"
 
     def __init__(self, kb: KnowledgeBase):
-        self.lookup: Dict[str, List[str]] = {}
-        for name, cui in zip(*kb.name_rows()):
-            concepts = self.lookup.setdefault(_key(name), [])
-            if cui not in concepts:
-                concepts.append(cui)
+        self.lookup = kb.name_lookup()
 
     def rank(self, texts, k=10):
-        return [self.lookup.get(_key(t), [])[:k] for t in texts]
+        return [self.lookup.get(name_key(t), [])[:k] for t in texts]
 
 
 class CharTfidf(LinkingSystem):
