@@ -16,7 +16,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -137,9 +137,11 @@ def _index_matches(path: Path, fingerprint: str) -> bool:
         return False
 
 
-def _save_atomically(index, target: Path) -> Path:
+def write_to_cache(target: Path, write: Callable[[Path], object]) -> Path:
+    """Have `write` fill a fresh staging folder in the cache, then move it to `target` in one
+    rename, so an interrupted build never leaves a half-written `target`; return `target`."""
     staging = Path(tempfile.mkdtemp(dir=cache_dir()))
-    index.save(staging)
+    write(staging)
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)
@@ -159,7 +161,7 @@ def exact_default_index_path(encoder) -> Path:
         )
         index = ConceptIndex.build(default_mesh_kb(), exact_encoder(encoder), show_progress=True)
         index.meta["label_types"] = MESH_LABEL_TYPES
-        _save_atomically(index, cached)
+        write_to_cache(cached, index.save)
     return cached
 
 
@@ -174,7 +176,7 @@ def default_index_path(encoder) -> Path:
         from .index import ConceptIndex
 
         exact = ConceptIndex.load(exact_default_index_path(encoder))
-        _save_atomically(exact.converted(DEFAULT_INDEX_TYPE), cached)
+        write_to_cache(cached, exact.converted(DEFAULT_INDEX_TYPE).save)
     return cached
 
 

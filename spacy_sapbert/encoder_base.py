@@ -93,7 +93,7 @@ def exact_encoder(encoder):
         return Encoder(teacher, pooling=encoder.pooling, max_length=encoder.max_length) if teacher else encoder
     from .defaults import resolve_model
 
-    source = Path(resolve_model(meta.get("exact_model", meta["source_model"])))
+    source = Path(resolve_model(meta["exact_model"]))
     if not (source / "config.json").exists():
         raise EncoderError(f"{encoder.name_or_path} was exported from {source}, which is gone, and building "
                            "an index needs that exact model; point `model` at it, or export again.")

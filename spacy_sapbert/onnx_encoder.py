@@ -1,7 +1,8 @@
 """Encode mentions with ONNX Runtime and int8 weights: the fast CPU path, without torch.
 
 `export_onnx` turns a model directory into an ONNX graph that does the whole job (encoder,
-pooling, L2 normalisation) with its MatMul weights quantised to int8 per channel, and writes it
+pooling, L2 normalisation) with its MatMul and embedding weights quantised to int8 per channel
+(INT8_OPS), and writes it
 beside the tokenizer and a `sapbert_onnx.json` that records how it was made. `OnnxEncoder` runs
 that directory with ONNX Runtime and the `tokenizers` library only, so a pipeline that links
 with it never imports torch or transformers.
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
-from .defaults import cache_dir
+from .defaults import cache_dir, write_to_cache
 from .encoder_base import PRECISIONS, EncoderError, length_sorted_batches
 
 logger = logging.getLogger(__name__)
@@ -267,9 +268,6 @@ def exported_model(model: Union[str, Path], precision: str, pooling: str = "auto
     cached = cache_dir() / f"onnx-{precision}-{key}"
     if not is_onnx_dir(cached):
         logger.warning("Exporting %s to ONNX (%s) once; it is cached in %s.", local, precision, cached)
-        staging = Path(tempfile.mkdtemp(dir=cache_dir()))
-        export_onnx(local, staging, pooling=pooling, max_length=max_length, precision=precision)
-        if cached.exists():
-            shutil.rmtree(cached)
-        staging.rename(cached)
+        write_to_cache(cached, lambda staging: export_onnx(local, staging, pooling=pooling,
+                                                           max_length=max_length, precision=precision))
     return cached

@@ -66,7 +66,6 @@ def distill(
 ) -> Path:
     """Train the student and write it (with its teacher's fingerprint) to output/model."""
     seed_everything(seed)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     teacher_encoder = Encoder(resolve_model(teacher))
     if str(kb_index) == DEFAULT:
         from spacy_sapbert.defaults import exact_default_index_path
