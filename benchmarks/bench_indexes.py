@@ -8,6 +8,7 @@ file memory-mapped. Build is the conversion from the exact index's vectors.
 
     python benchmarks/bench_indexes.py                      # the default MeSH C/F03/D index
     python benchmarks/bench_indexes.py --index runs/linking-index --types flat,sq8,hnsw-sq8,ivfpq
+    python benchmarks/bench_indexes.py --index runs/linking-index --types flat,sq6:256,hnsw-sq6:256
 """
 import argparse
 import json
@@ -70,6 +71,17 @@ def child(saved: Path, query_file: Path, mmap: bool) -> dict:
             "peak_rss_mb": peak_rss_mb()}
 
 
+def convert(exact, kind: str):
+    """`exact` as index type `kind`: "sq6", or "sq6:256" (projected to 256 dimensions), or
+    "hnsw-sq6:256" (the graph over those codes, as the bundled index is unpacked)."""
+    index_type, _, dim = kind.partition(":")
+    if index_type == "flat" and not dim:
+        return exact
+    if index_type.startswith("hnsw-") and dim:
+        return exact.converted(index_type[len("hnsw-"):], dim=int(dim)).converted(index_type)
+    return exact.converted(index_type, dim=int(dim) if dim else None)
+
+
 def peak_rss_mb() -> float:
     """This process's own peak RSS (VmHWM): getrusage's ru_maxrss survives exec, so a child
     would report its parent's peak."""
@@ -105,7 +117,7 @@ def main():
             saved = Path(tmp) / index_type
             start = time.perf_counter()
             if not saved.exists():
-                (exact if index_type == "flat" else exact.converted(index_type)).save(saved)
+                convert(exact, index_type).save(saved)
             build = time.perf_counter() - start
             cmd = [sys.executable, __file__, "--child", str(saved), "--queries", str(query_file)]
             out = subprocess.run(cmd + (["--mmap"] if mmap == "mmap" else []), capture_output=True, text=True)

@@ -10,6 +10,7 @@ import typer
 from wasabi import msg
 
 from .defaults import DEFAULT, MESH_LABEL_TYPES
+from .index import INDEX_TYPES
 
 app = typer.Typer(
     help="Link biomedical entity mentions to ontology concepts with SapBERT-style embeddings.",
@@ -28,12 +29,8 @@ class KBFormat(str, Enum):
     umls = "umls"
 
 
-class IndexType(str, Enum):
-    flat = "flat"
-    sq8 = "sq8"
-    hnsw = "hnsw"
-    hnsw_sq8 = "hnsw-sq8"
-    ivfpq = "ivfpq"
+# The FAISS index types (index.INDEX_TYPES) as a choice: hnsw-sq8 is IndexType.hnsw_sq8.
+IndexType = Enum("IndexType", {t.replace("-", "_"): t for t in INDEX_TYPES}, type=str)
 
 
 class Precision(str, Enum):
@@ -114,18 +111,22 @@ def build_index(
 
 @app.command("convert-index")
 def convert_index(
-    source: Path = typer.Argument(..., help="An exact (flat or hnsw) index directory."),
+    source: Path = typer.Argument(..., help="An exact (flat or hnsw) index directory, or a scalar-quantised one for its graph."),
     output: Path = typer.Argument(..., help="Directory to write the converted index to."),
     index_type: IndexType = typer.Option(IndexType.hnsw_sq8, "--index-type", help="FAISS index type to convert to."),
+    dim: Optional[int] = typer.Option(None, "--dim", help="Project names onto this many leading singular directions first (smaller, approximate)."),
+    compress_kb: bool = typer.Option(False, "--compress-kb", help="Store the KB gzip-compressed (kb.jsonl.gz), as the bundled index does."),
+    prefer: str = typer.Option("", "--prefer", help="Comma-separated id patterns (regular expressions matching whole ids), best first: a name several concepts of one label bear is kept only for the best (e.g. 'D[0-9]+,C[0-9]+': MeSH descriptors, then supplementary concepts, then the rest)."),
 ):
-    """Re-index an exact index's vectors as another FAISS type (e.g. compress it), without encoding."""
+    """Re-index an index's vectors as another FAISS type (e.g. compress it), without encoding."""
     from .index import ConceptIndex
 
     try:
-        index = ConceptIndex.load(source).converted(index_type.value)
+        patterns = [p for p in prefer.split(",") if p]
+        index = ConceptIndex.load(source).converted(index_type.value, dim=dim, prefer=patterns)
     except _user_errors() as err:
         _fail(err)
-    index.save(output)
+    index.save(output, compress_kb=compress_kb)
     size = sum(f.stat().st_size for f in output.iterdir() if f.is_file())
     msg.good(f"Wrote {index} ({size / 1e6:.0f} MB) to {output}")
 

@@ -5,6 +5,8 @@ same shape as scispaCy's `KnowledgeBase` (`cui_to_entity`, `alias_to_cuis`), so 
 against scispaCy keeps working.
 """
 import csv
+import gzip
+import io
 import json
 import logging
 import re
@@ -25,7 +27,7 @@ class KBFormatError(ValueError):
 SCISPACY_KEYS = ("concept_id", "canonical_name", "aliases", "types", "definition")
 
 
-@dataclass
+@dataclass(slots=True)
 class Concept:
     """One ontology concept.
 
@@ -95,7 +97,7 @@ class KnowledgeBase:
         self.name = name
         self.version = version
         self.cui_to_entity: Dict[str, Concept] = {}
-        self.alias_to_cuis: Dict[str, Set[str]] = {}
+        self._alias_to_cuis: Optional[Dict[str, Set[str]]] = None
         self._alt_to_cui: Dict[str, str] = {}
         self.n_empty_names = 0
         for concept in concepts:
@@ -133,11 +135,22 @@ class KnowledgeBase:
             )
             merged.xrefs = _unique(merged.xrefs + list(concept.xrefs))
             merged.broader = _unique(merged.broader + list(concept.broader))
-        for name in names:
-            self.alias_to_cuis.setdefault(name, set()).add(merged.concept_id)
+        self._alias_to_cuis = None
         for alt in merged.alt_ids:
             self._alt_to_cui.setdefault(alt, merged.concept_id)
         return merged
+
+    @property
+    def alias_to_cuis(self) -> Dict[str, Set[str]]:
+        """Each name → the ids of the concepts bearing it (scispaCy's table). Built on first use:
+        linking never needs it, and for the bundled KB it would hold 230k sets (about 70 MB)."""
+        if self._alias_to_cuis is None:
+            table: Dict[str, Set[str]] = {}
+            for concept in self:
+                for name in concept.names:
+                    table.setdefault(name, set()).add(concept.concept_id)
+            self._alias_to_cuis = table
+        return self._alias_to_cuis
 
     def __len__(self) -> int:
         return len(self.cui_to_entity)
@@ -201,11 +214,20 @@ def _error(path: PathLike, line_no: int, expected: str, line: str) -> KBFormatEr
     )
 
 
+def _open_text(path: Path, mode: str = "r", encoding: str = "utf-8"):
+    """Open a text file, gzip-compressed when its name ends in .gz (written without a
+    timestamp, so the same KB always gives the same bytes)."""
+    if path.suffix != ".gz":
+        return path.open(mode, encoding=encoding, errors="strict")
+    binary = gzip.GzipFile(path, mode + "b", mtime=0) if mode == "w" else gzip.GzipFile(path, "rb")
+    return io.TextIOWrapper(binary, encoding=encoding, errors="strict")
+
+
 def _lines(path: PathLike) -> Iterator[Tuple[int, str]]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Knowledge-base file {path} does not exist; check the path.")
-    with path.open(encoding="utf-8-sig", errors="strict") as handle:
+    with _open_text(path, encoding="utf-8-sig") as handle:
         try:
             for line_no, line in enumerate(handle, start=1):
                 line = line.rstrip("\r\n")
@@ -216,6 +238,8 @@ def _lines(path: PathLike) -> Iterator[Tuple[int, str]]:
                 f"{path}: is not valid UTF-8 ({err.reason} at byte {err.start} of a block); "
                 "re-encode the file as UTF-8."
             ) from None
+        except (OSError, EOFError) as err:  # gzip: not gzip data, or cut short
+            raise KBFormatError(f"{path}: cannot be decompressed ({err}); copy it again.") from None
 
 
 def _finish(kb: KnowledgeBase, path: PathLike) -> KnowledgeBase:
@@ -226,9 +250,9 @@ def _finish(kb: KnowledgeBase, path: PathLike) -> KnowledgeBase:
 
 
 def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
-    """Read scispaCy's KB JSONL: one object per line with `concept_id`, `canonical_name`,
+    """Read scispaCy's KB JSONL (or .jsonl.gz): one object per line with `concept_id`, `canonical_name`,
     optional `aliases`, `types`, `definition` (and our `alt_ids`, `xrefs`, `broader`)."""
-    kb = KnowledgeBase(name=name or Path(path).stem)
+    kb = KnowledgeBase(name=name or Path(path).name.removesuffix(".gz").removesuffix(".jsonl"))
     list_keys = ("aliases", "types", "alt_ids", "xrefs", "broader")
     expected = 'a JSON object with string "concept_id" and "canonical_name"'
     for line_no, line in _lines(path):
@@ -256,11 +280,11 @@ def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
 
 
 def write_jsonl(kb: KnowledgeBase, path: PathLike, scispacy: bool = False) -> Path:
-    """Write a knowledge base as JSONL; return the path. `scispacy=True` writes exactly
+    """Write a knowledge base as JSONL (gzip-compressed if the name ends in .gz); return the path. `scispacy=True` writes exactly
     scispaCy's keys, for its `KnowledgeBase`; else our extra ids are kept too."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as handle:
+    with _open_text(path, "w") as handle:
         for concept in kb:
             handle.write(json.dumps(concept.to_dict(scispacy=scispacy), ensure_ascii=False) + "\n")
     return path

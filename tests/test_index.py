@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 
 from spacy_sapbert.encoder import Encoder
-from spacy_sapbert.index import FAISS_FILE, KB_FILE, META_FILE, ROWS_FILE, ConceptIndex, ConceptIndexError
+from spacy_sapbert.index import (
+    FAISS_FILE,
+    KB_FILE,
+    KB_FILE_GZ,
+    META_FILE,
+    ROWS_FILE,
+    ConceptIndex,
+    ConceptIndexError,
+)
 
 QUERIES = ["diabetes type two", "lactate acidosis", "platinum drug", "kidney failure", "tumor", "aspirin"]
 
@@ -151,3 +159,36 @@ def test_memory_mapped_index_searches_the_same(large_kb, tiny_encoder, tmp_path,
     queries = tiny_encoder.encode([c.canonical_name for c in list(large_kb)[:20]])
     mapped = ConceptIndex.load(saved, encoder=tiny_encoder, mmap=True)
     assert mapped.search(queries, k=5) == ConceptIndex.load(saved).search(queries, k=5)
+
+
+def test_projected_compact_index_unpacks_to_a_graph_over_its_own_codes(large_kb, tiny_encoder, tmp_path):
+    """A bundled index ships flat 6-bit codes of projected vectors and a gzipped KB; on first use
+    it gets its HNSW graph over exactly those codes, searching as the flat codes do."""
+    import faiss
+
+    exact = ConceptIndex.build(large_kb, tiny_encoder)
+    compact = exact.converted("sq6", dim=16)
+    assert (compact.meta["projected_dim"], compact.index.d) == (16, 32)  # queries stay 32-d
+    saved = compact.save(tmp_path / "bundle", compress_kb=True)
+    assert (saved / KB_FILE_GZ).exists() and not (saved / KB_FILE).exists()
+    loaded = ConceptIndex.load(saved, encoder=tiny_encoder)
+    assert [c.to_dict() for c in loaded.kb] == [c.to_dict() for c in large_kb]
+    queries = tiny_encoder.encode([f"{c.canonical_name} x" for c in list(large_kb)[:100]])
+    assert loaded.search(queries, k=5) == compact.search(queries, k=5)
+
+    graph = loaded.converted("hnsw-sq6")
+    assert (graph.meta["index_type"], graph.meta["projected_dim"]) == ("hnsw-sq6", 16)
+    codes = [faiss.vector_to_array(faiss.downcast_index(i).codes)
+             for i in (faiss.downcast_index(loaded.index).index,
+                       faiss.downcast_index(faiss.downcast_index(graph.index).index).storage)]
+    np.testing.assert_array_equal(*codes)
+    truth = [{c for c, _ in row} for row in loaded.search(queries, k=10)]
+    found = [{c for c, _ in row} for row in graph.search(queries, k=10, type_prefixes=["X"])]
+    assert np.mean([len(t & f) / len(t) for t, f in zip(truth, found)]) >= 0.95
+    assert graph.search(queries[:3], k=5, type_prefixes=["Z"]) == [[], [], []]
+    reloaded = ConceptIndex.load(graph.save(tmp_path / "graph"), encoder=tiny_encoder, mmap=True)
+    assert reloaded.search(queries[:5], k=3) == graph.search(queries[:5], k=3)
+    with pytest.raises(ConceptIndexError, match="only hnsw-sq6 over the same codes"):
+        loaded.converted("hnsw-sq8")
+    with pytest.raises(ConceptIndexError, match="Cannot project 32-d vectors to 64 dimensions"):
+        exact.converted("sq8", dim=64)

