@@ -159,7 +159,7 @@ def test_bad_config_is_refused():
 
 @pytest.mark.slow
 def test_default_model_and_index_link_out_of_the_box():
-    """The real default: all-MiniLM-L6-v2 and the MeSH C/F03/D index (built once, cached)."""
+    """The real default: all-MiniLM-L6-v2 and the bundled index (its graph built once, cached)."""
     from spacy_sapbert.demo import demo_pipeline
 
     nlp = demo_pipeline()  # with the bundled NER, or a dictionary ruler where none is bundled
