@@ -287,12 +287,15 @@ class ConceptIndex:
             raise ConceptIndexError(f"Name precedence pattern {err.pattern!r} is not a regular expression: {err}.") from None
         rank = {cui: next((i for i, p in enumerate(patterns) if p.fullmatch(cui)), len(patterns))
                 for cui in set(cuis)}
-        label_types = self.meta.get("label_types") or {"": [""]}
-        classes = {
-            cui: [label for label, prefixes in label_types.items()
-                  if any(t.startswith(tuple(prefixes)) for t in self.kb.cui_to_entity[cui].types or [""])]
-            for cui in set(cuis)
-        }
+        label_types = self.meta.get("label_types")
+
+        def labels(cui: str) -> List[str]:
+            if not label_types:  # one class: every concept competes with every other
+                return [""]
+            types = self.kb.cui_to_entity[cui].types
+            return [label for label, prefixes in label_types.items() if any(t.startswith(tuple(prefixes)) for t in types)]
+
+        classes = {cui: labels(cui) for cui in set(cuis)}
         best: Dict[Tuple[str, str], int] = {}
         for name, cui in zip(names, cuis):
             for label in classes[cui]:

@@ -219,7 +219,7 @@ def _open_text(path: Path, mode: str = "r", encoding: str = "utf-8"):
     timestamp, so the same KB always gives the same bytes)."""
     if path.suffix != ".gz":
         return path.open(mode, encoding=encoding, errors="strict")
-    binary = gzip.GzipFile(path, mode + "b", mtime=0) if mode == "w" else gzip.GzipFile(path, "rb")
+    binary = gzip.GzipFile(path, "wb", mtime=0) if mode == "w" else gzip.GzipFile(path, "rb")
     return io.TextIOWrapper(binary, encoding=encoding, errors="strict")
 
 
@@ -250,8 +250,9 @@ def _finish(kb: KnowledgeBase, path: PathLike) -> KnowledgeBase:
 
 
 def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
-    """Read scispaCy's KB JSONL (or .jsonl.gz): one object per line with `concept_id`, `canonical_name`,
-    optional `aliases`, `types`, `definition` (and our `alt_ids`, `xrefs`, `broader`)."""
+    """Read scispaCy's KB JSONL (or .jsonl.gz): one object per line with `concept_id`,
+    `canonical_name`, optional `aliases`, `types`, `definition` (and our `alt_ids`, `xrefs`,
+    `broader`)."""
     kb = KnowledgeBase(name=name or Path(path).name.removesuffix(".gz").removesuffix(".jsonl"))
     list_keys = ("aliases", "types", "alt_ids", "xrefs", "broader")
     expected = 'a JSON object with string "concept_id" and "canonical_name"'
@@ -280,8 +281,9 @@ def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
 
 
 def write_jsonl(kb: KnowledgeBase, path: PathLike, scispacy: bool = False) -> Path:
-    """Write a knowledge base as JSONL (gzip-compressed if the name ends in .gz); return the path. `scispacy=True` writes exactly
-    scispaCy's keys, for its `KnowledgeBase`; else our extra ids are kept too."""
+    """Write a knowledge base as JSONL (gzip-compressed if the name ends in .gz); return the
+    path. `scispacy=True` writes exactly scispaCy's keys, for its `KnowledgeBase`; else our
+    extra ids are kept too."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _open_text(path, "w") as handle:
