@@ -1,20 +1,30 @@
 """spacy-sapbert: a spaCy pipe that links biomedical entities to ontology concepts with
 SapBERT-style embeddings searched in a FAISS index.
 
-Importing the package registers the `sapbert_linker` factory (the `spacy_factories` entry
-point does the same for `spacy.load`). It never imports the training code.
+spaCy finds the `sapbert_linker` factory through the `spacy_factories` entry point, so
+`nlp.add_pipe("sapbert_linker")` and `spacy.load` need no import. The names below load on first
+use, so the torch-only modules (`encoder`, `encoder_base`, `kb`) import where spaCy and FAISS
+are absent, as on a borrowed GPU machine that trains a model. It never imports the training code.
 """
-from .kb import Concept, KBFormatError, KnowledgeBase, load_kb, write_jsonl
-from .linker import SapBERTLinker, make_sapbert_linker
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Concept",
-    "KBFormatError",
-    "KnowledgeBase",
-    "SapBERTLinker",
-    "load_kb",
-    "make_sapbert_linker",
-    "write_jsonl",
-]
+_EXPORTS = {
+    "Concept": "kb",
+    "KBFormatError": "kb",
+    "KnowledgeBase": "kb",
+    "load_kb": "kb",
+    "write_jsonl": "kb",
+    "SapBERTLinker": "linker",
+    "make_sapbert_linker": "linker",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)

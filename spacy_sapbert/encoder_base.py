@@ -2,6 +2,7 @@
 
 Nothing here imports torch: a pipe that links with the int8 ONNX encoder never loads it.
 """
+import hashlib
 import json
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
@@ -16,6 +17,16 @@ PROGRESS_MIN_TEXTS = 5000
 PRECISIONS = ("fp32", "int8")
 # Written beside a distilled student: the teacher whose vector space it embeds into.
 TEACHER_FILE = "sapbert_teacher.json"
+
+
+def file_sha256(path: Union[str, Path]) -> str:
+    """sha256 of a file, read in 1 MB blocks (fingerprints of weights, indexes and pairs)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class EncoderError(ValueError):

@@ -1,5 +1,4 @@
 """A FAISS index over name embeddings that answers with distinct concepts."""
-import hashlib
 import json
 import logging
 import math
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 import faiss
 import numpy as np
 
+from .encoder_base import file_sha256  # noqa: F401  (re-exported)
 from .kb import KBFormatError, KnowledgeBase, name_key, read_jsonl, write_jsonl
 
 if TYPE_CHECKING:  # the encoder pulls in torch; the index itself does not need it
@@ -40,16 +40,6 @@ Candidates = List[Tuple[str, float]]
 
 class ConceptIndexError(ValueError):
     """An index directory is missing, damaged, or does not match the encoder."""
-
-
-def file_sha256(path: Union[str, Path]) -> str:
-    """sha256 of a file, read in 1 MB blocks."""
-    path = Path(path)
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def make_faiss_index(vectors: np.ndarray, index_type: str = "flat", dim: Optional[int] = None) -> faiss.Index:

@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 from .defaults import cache_dir, write_to_cache
-from .encoder_base import PRECISIONS, EncoderError, length_sorted_batches
+from .encoder_base import PRECISIONS, EncoderError, file_sha256, length_sorted_batches
 
 logger = logging.getLogger(__name__)
 
@@ -245,7 +245,6 @@ def export_onnx(
 
 def _directory_digest(path: Path) -> str:
     """A hash of every file's name and bytes under `path` (a model directory)."""
-    from .index import file_sha256
 
     digest = hashlib.sha256()
     for file in sorted(p for p in path.rglob("*") if p.is_file()):

@@ -88,6 +88,20 @@ def tiny_kb(tiny_kb_file):
 
 
 @pytest.fixture(scope="session")
+def tiny_pairs(tmp_path_factory, tiny_kb):
+    """Every synonym pair of the tiny ontology, as a pairs file."""
+    import itertools
+
+    path = tmp_path_factory.mktemp("pairs") / "pairs.txt"
+    lines = []
+    for concept in tiny_kb:
+        for a, b in itertools.combinations(concept.names, 2):
+            lines.append(f"{concept.concept_id}||{a}||{b}\n")
+    path.write_text("".join(lines))
+    return path
+
+
+@pytest.fixture(scope="session")
 def tiny_encoder(tiny_model):
     from spacy_sapbert.encoder import Encoder
 

@@ -4,7 +4,8 @@ import pytest
 
 from spacy_sapbert.kb import Concept, KnowledgeBase
 from training import datasets as ds
-from training.evaluate import Task, accuracy_at_k, evaluate_linking
+from training.evaluate import Task, evaluate_linking
+from training.scoring import accuracy_at_k
 from training.protocol import (
     TextNormaliser, build_queries, composite_gold, dictionary_additions, document_abbreviations,
     split_composite,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from training.loop import (
-    PairBatches, TrainConfig, Trainer, TrainingConfigError, latest_checkpoint,
+    PairBatches, TrainConfig, Trainer, TrainingConfigError, latest_checkpoint, lr_factor, parse_overrides,
 )
 from training.objective import ObjectiveConfig, ObjectiveError, SelfAlignmentObjective
 
@@ -174,18 +174,6 @@ def test_ranks_split_each_global_batch_without_overlap():
 
 # -- the loop ----------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_pairs(tmp_path_factory, tiny_kb):
-    """Every synonym pair of the tiny ontology, as a pairs file."""
-    path = tmp_path_factory.mktemp("pairs") / "pairs.txt"
-    lines = []
-    for concept in tiny_kb:
-        for a, b in itertools.combinations(concept.names, 2):
-            lines.append(f"{concept.concept_id}||{a}||{b}\n")
-    path.write_text("".join(lines))
-    return path
-
-
 def tiny_config(tiny_model, **training):
     settings = dict(batch_size=64, max_steps=20, lr=1e-3, log_every=1, save_every=100, device="cpu", seed=0)
     settings.update(training)
@@ -227,12 +215,23 @@ model, pairs, output, mode = sys.argv[1:5]
 config = TrainConfig.from_dict({{
     "model": {{"name_or_path": model, "pooling": "mean"}},
     "training": dict(batch_size=8, grad_accum=2, max_steps=8, lr=1e-3, save_every=2, log_every=1,
-                     device="cpu", seed=7),
+                     device="cpu", seed=7, schedule="linear", warmup_steps=2,
+                     max_minutes=1e-9 if mode == "slices" else 0),
 }})
 def die(step, loss):
     if mode == "kill" and step == 5:
         os.kill(os.getpid(), signal.SIGKILL)
-Trainer(config, pairs, output, step_callback=die).train(resume=mode == "resume")
+if mode == "slices":  # each call trains one step, as a lent machine's calls train a slice each
+    calls = 0
+    while True:
+        trainer = Trainer(config, pairs, output)
+        trainer.train(resume=True)
+        calls += 1
+        if not trainer.stopped_early:
+            break
+    print("calls", calls)
+else:
+    Trainer(config, pairs, output, step_callback=die).train(resume=mode == "resume")
 """
 
 
@@ -264,6 +263,65 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_weights(tiny_model, tiny_
     assert strip(read_metrics(broken)) == strip(read_metrics(whole))
     # Only the most recent checkpoints are kept.
     assert sorted(p.name for p in (broken / "checkpoints").iterdir()) == ["step-00000006", "step-00000008"]
+
+
+def test_a_run_trained_in_timed_slices_ends_as_an_uninterrupted_one(tiny_model, tiny_pairs, tmp_path):
+    from safetensors.torch import load_file
+
+    whole, sliced = tmp_path / "whole", tmp_path / "sliced"
+    assert run_script(tiny_model, tiny_pairs, whole, "full").returncode == 0
+    result = run_script(tiny_model, tiny_pairs, sliced, "slices")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "calls 8" in result.stdout
+    expected = load_file(whole / "model" / "model.safetensors")
+    got = load_file(sliced / "model" / "model.safetensors")
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+    timing = ("steps_per_s", "elapsed_s")
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]
+    assert strip(read_metrics(sliced)) == strip(read_metrics(whole))
+
+
+def test_linear_schedule_warms_up_then_falls_to_zero():
+    linear = lr_factor(warmup_steps=2, schedule="linear", max_steps=6)
+    assert [linear(s) for s in range(7)] == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0]
+    constant = lr_factor(warmup_steps=0, schedule="constant", max_steps=6)
+    assert {constant(s) for s in range(7)} == {1.0}
+
+
+def test_overrides_parse_as_json_else_strings():
+    parsed = parse_overrides(["--training.lr", "1e-4", "--training.amp=bf16", "--training.compile",
+                              "--model.max-length", "30"])
+    assert parsed == {"training.lr": 1e-4, "training.amp": "bf16", "training.compile": True,
+                      "model.max_length": 30}
+    with pytest.raises(TrainingConfigError, match="--section.setting value"):
+        parse_overrides(["lr", "1"])
+
+
+BLOCKED = ("spacy", "faiss", "thinc", "onnxruntime")
+BARE_MACHINE = """
+import importlib.machinery, runpy, sys
+class Hide(importlib.machinery.PathFinder):  # as if these packages were not installed
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, path, target)
+sys.meta_path = [Hide if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+sys.argv = ["pretrain"] + sys.argv[1:]
+runpy.run_module("training.pretrain", run_name="__main__")
+"""
+
+
+def test_training_runs_without_spacy_or_faiss(tiny_model, tiny_pairs, tmp_path):
+    # A lent GPU machine has torch and transformers but neither spaCy nor FAISS.
+    cmd = [sys.executable, "-c", BARE_MACHINE.format(blocked=BLOCKED), "--pairs", str(tiny_pairs),
+           "--output", str(tmp_path), "--model", str(tiny_model), "--model.pooling", "mean",
+           "--training.device", "cpu", "--training.batch_size", "8", "--training.max_steps", "2"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "model" / "training.json").exists()
 
 
 def test_resume_with_another_process_count_is_refused(tiny_model, tiny_pairs, tmp_path):

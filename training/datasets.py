@@ -11,6 +11,8 @@ from spacy_sapbert.kb import Concept, KnowledgeBase, normalise_id
 logger = logging.getLogger(__name__)
 
 PathLike = Union[str, Path]
+# The corpora, laid out as ../shared/data beside the checkout.
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 UNLINKABLE = "-1"
 
 

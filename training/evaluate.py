@@ -17,31 +17,14 @@ from . import datasets as ds
 from .protocol import (
     Query, TextNormaliser, build_queries, dictionary_additions, document_abbreviations,
 )
+from .datasets import DEFAULT_DATA_DIR
+from .scoring import MAX_K, accuracy_at_k
 from .systems import CharTfidf, EncoderSystem, ExactMatch, LinkingSystem, ScispacyLinker
 
 logger = logging.getLogger(__name__)
 
 LINKING_DATASETS = ("ncbi-disease", "bc5cdr-disease", "bc5cdr-chemical", "cadec")
 RELATEDNESS_DATASETS = ("mayosrs", "umnsrs")
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
-MAX_K = 10
-
-
-def accuracy_at_k(rankings: Sequence[Sequence[Sequence[str]]], golds: Sequence[Set[str]], max_k: int = MAX_K) -> List[float]:
-    """Acc@1 … Acc@max_k: a query is right at k if every one of its parts has a gold concept
-    among its first k predicted concepts.
-
-    rankings: per query, per part, concept ids best first.
-    golds: per query, the set of gold concept ids.
-    """
-    if not rankings:
-        return [0.0] * max_k
-    right = [0] * max_k
-    for parts, gold in zip(rankings, golds):
-        for k in range(1, max_k + 1):
-            if all(gold.intersection(ranking[:k]) for ranking in parts):
-                right[k - 1] += 1
-    return [r / len(rankings) for r in right]
 
 
 def _normalised_kb(kb: KnowledgeBase, normalise: TextNormaliser) -> KnowledgeBase:

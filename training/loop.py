@@ -24,12 +24,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 import torch.distributed as dist
-from thinc.api import Config
+from confection import Config
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
 from spacy_sapbert.encoder import POOLINGS, POOLING_FILE, detect_pooling, pool, resolve_device
-from spacy_sapbert.index import file_sha256
+from spacy_sapbert.encoder_base import file_sha256
 
 from .objective import ObjectiveConfig, SelfAlignmentObjective
 from .pairs import read_pairs
@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 PathLike = Union[str, Path]
 AMP_MODES = ("auto", "bf16", "fp16", "none")
+SCHEDULES = ("constant", "linear")
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "state.pt"
 METRICS_FILE = "metrics.jsonl"
@@ -71,7 +72,11 @@ class OptimConfig:
     grad_accum: micro-batches per optimizer step.
     max_steps: optimizer steps; 0 lets `epochs` decide.
     epochs: passes over the pairs when max_steps is 0.
-    lr, weight_decay, warmup_steps: AdamW with a linear warm-up, then a constant rate.
+    lr, weight_decay, warmup_steps: AdamW with a linear warm-up, then the schedule.
+    schedule: "constant" (the rate stays at lr) or "linear" (it falls to 0 at max_steps).
+    max_minutes: stop at the first step after this many minutes of this process's training,
+        with a checkpoint, so that `--resume` continues (0: no limit). For machines lent by
+        the hour: each call trains a slice and the run ends as an uninterrupted one would.
     amp: "auto" (bf16 on GPUs that have it, else fp16 with a gradient scaler; none on CPU),
         "bf16", "fp16" or "none".
     compile: wrap the encoder in torch.compile.
@@ -89,6 +94,8 @@ class OptimConfig:
     lr: float = 2e-5
     weight_decay: float = 0.01
     warmup_steps: int = 0
+    schedule: str = "constant"
+    max_minutes: float = 0.0
     amp: str = "auto"
     compile: bool = False
     device: str = "auto"
@@ -115,7 +122,7 @@ class TrainConfig:
             raise FileNotFoundError(f"Training config {path} does not exist; see configs/ for the recipes.")
         try:
             raw = Config().from_disk(path, overrides=overrides or {}, interpolate=True)
-        except Exception as err:  # thinc raises several error types for bad files and overrides
+        except Exception as err:  # confection raises several error types for bad files and overrides
             raise TrainingConfigError(f"{path}: the config cannot be read ({err}); fix it or the override.") from None
         return cls.from_dict(raw, where=str(path))
 
@@ -148,6 +155,10 @@ class TrainConfig:
         for key in ("batch_size", "grad_accum", "save_every", "keep_checkpoints", "log_every"):
             if getattr(self.training, key) < 1:
                 raise TrainingConfigError(f"{where}: [training] {key} must be at least 1.")
+        if self.training.schedule not in SCHEDULES:
+            raise TrainingConfigError(f"{where}: [training] schedule must be one of {', '.join(SCHEDULES)}, not {self.training.schedule!r}.")
+        if self.training.max_minutes < 0:
+            raise TrainingConfigError(f"{where}: [training] max_minutes must be ≥ 0.")
         if self.training.max_steps < 0 or self.training.epochs < 1:
             raise TrainingConfigError(f"{where}: [training] max_steps must be ≥ 0 and epochs ≥ 1.")
 
@@ -373,8 +384,7 @@ class Trainer:
             {"params": [p for n, p in trainable if n.endswith(no_decay)], "weight_decay": 0.0},
         ]
         optimizer = torch.optim.AdamW(groups, lr=run.lr)
-        warmup = run.warmup_steps
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(run.warmup_steps, run.schedule, max_steps))
         amp_dtype, needs_scaler = _amp_settings(run.amp, device)
         scaler = torch.amp.GradScaler("cuda", enabled=needs_scaler)
 
@@ -421,6 +431,7 @@ class Trainer:
 
         start = time.perf_counter()
         start_step = step
+        self.stopped_early = False
         progress = tqdm(total=max_steps, initial=step, desc="training", unit="step", disable=not self.dist.is_main)
         while step < max_steps:
             losses, triplets = [], 0
@@ -437,17 +448,23 @@ class Trainer:
             progress.update(1)
             progress.set_postfix(loss=f"{mean_loss:.4f}")
             elapsed = time.perf_counter() - start
-            if self.dist.is_main and (step % run.log_every == 0 or step == max_steps):
+            out_of_time = step < max_steps and self._out_of_time(elapsed, device)
+            if self.dist.is_main and (step % run.log_every == 0 or step == max_steps or out_of_time):
                 self._log({
                     "step": step, "loss": round(mean_loss, 6), "triplets": triplets,
                     "lr": scheduler.get_last_lr()[0],
                     "steps_per_s": round((step - start_step) / elapsed, 4) if elapsed else None,
                     "elapsed_s": round(self.elapsed_before + elapsed, 2),
                 })
-            if step % run.save_every == 0 or step == max_steps:
+            if step % run.save_every == 0 or step == max_steps or out_of_time:
                 self._checkpoint(encoder, tokenizer, optimizer, scheduler, scaler, step, self.elapsed_before + elapsed)
             if self.step_callback is not None:
                 self.step_callback(step, mean_loss)
+            if out_of_time:
+                progress.close()
+                self.stopped_early = True
+                logger.info("Stopped after %.1f min at step %d of %d; --resume continues.", elapsed / 60, step, max_steps)
+                return latest_checkpoint(self.output) / "model"
         progress.close()
         wall = self.elapsed_before + time.perf_counter() - start
         final = self.output / "model"
@@ -456,6 +473,16 @@ class Trainer:
         if self.dist.world_size > 1:
             dist.barrier()
         return final
+
+    def _out_of_time(self, elapsed: float, device: torch.device) -> bool:
+        """Whether max_minutes is spent; under DDP every process takes rank 0's answer."""
+        limit = self.config.training.max_minutes
+        if not limit:
+            return False
+        over = torch.tensor([float(elapsed >= 60 * limit)], device=device)
+        if self.dist.world_size > 1:
+            dist.broadcast(over, src=0)
+        return bool(over.item())
 
     # -- outputs -------------------------------------------------------------------------
     def _log(self, row: dict) -> None:
@@ -519,13 +546,49 @@ class Trainer:
         logger.info("Saved the trained model to %s after %d steps (%.0f s).", final, step, wall)
 
 
+def lr_factor(warmup_steps: int, schedule: str, max_steps: int) -> Callable[[int], float]:
+    """The learning-rate multiplier after `step` optimizer steps: a linear warm-up over
+    warmup_steps, then 1 ("constant") or a linear fall to 0 at max_steps ("linear")."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "linear":
+            return max(0.0, (max_steps - step) / max(1, max_steps - warmup_steps))
+        return 1.0
+
+    return factor
+
+
+def parse_overrides(args: Sequence[str]) -> Dict[str, object]:
+    """spaCy-style dotted overrides (`--training.lr 1e-4`, `--training.amp=bf16`, a bare
+    `--training.compile` meaning true) as {"training.lr": 0.0001, …}; values are JSON where they
+    parse, else strings. Written here so training needs no spaCy (a bare GPU machine has none)."""
+    result: Dict[str, object] = {}
+    args = list(args)
+    while args:
+        arg = args.pop(0)
+        if not arg.startswith("--") or "." not in arg:
+            raise TrainingConfigError(f"Cannot read the override {arg!r}; write it as --section.setting value.")
+        key = arg[2:]
+        if "=" in key:
+            key, value = key.split("=", 1)
+        elif not args or args[0].startswith("--"):
+            value = "true"
+        else:
+            value = args.pop(0)
+        try:
+            result[key.replace("-", "_")] = json.loads(value)
+        except ValueError:
+            result[key.replace("-", "_")] = value
+    return result
+
+
 def train_from_cli(config_path: PathLike, pairs: PathLike, output: PathLike, model: str = "",
                    resume: bool = False, overrides: Sequence[str] = ()) -> Path:
     """What `python -m training.pretrain` and `training.finetune` do: read the config with
     spaCy-style dotted overrides (`--training.max_steps 2`), then train."""
-    from spacy.cli._util import parse_config_overrides
-
-    parsed = parse_config_overrides(list(overrides))
+    parsed = parse_overrides(overrides)
     if model:
         if model == "default":
             from spacy_sapbert.defaults import base_model_path
@@ -557,7 +620,11 @@ def make_train_app(default_config: str, what: str):
         except (TrainingConfigError, FileNotFoundError, ValueError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(1)
-        if Distributed.from_env().is_main:
+        if not Distributed.from_env().is_main:
+            return
+        if final.parent.parent.name == CHECKPOINT_DIR:
+            typer.echo(f"Stopped at [training] max_minutes; the latest checkpoint's model is {final}; --resume continues.")
+        else:
             typer.echo(f"Model written to {final}")
 
     return app

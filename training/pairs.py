@@ -11,6 +11,7 @@ import dataclasses
 import gzip
 import io
 import itertools
+import lzma
 import logging
 import random
 import re
@@ -560,14 +561,15 @@ def write_pairs(pairs: Iterable[Pair], path: PathLike) -> Path:
 
 
 def read_pairs(path: PathLike) -> List[Pair]:
-    """Read a `cui||name1||name2` file (gzip if the path ends in .gz); blank lines are skipped.
+    """Read a `cui||name1||name2` file (gzip or xz where the path ends in .gz or .xz); blank
+    lines are skipped.
 
     RETURNS: the (concept_id, name1, name2) tuples in file order.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Pairs file {path} does not exist; build it with `python -m training.pairs`.")
-    opener = gzip.open if path.suffix == ".gz" else open
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
     pairs: List[Pair] = []
     line_no = 0
     try:
@@ -588,10 +590,10 @@ def read_pairs(path: PathLike) -> List[Pair]:
         raise PairFormatError(
             f"{path}: is not valid UTF-8 after line {line_no}; re-encode the file as UTF-8."
         ) from None
-    except (gzip.BadGzipFile, EOFError) as err:
+    except (gzip.BadGzipFile, lzma.LZMAError, EOFError) as err:
         raise PairFormatError(
-            f"{path}: is not a complete gzip file ({err}); rewrite it, or drop the .gz suffix "
-            "if it is plain text."
+            f"{path}: is not a complete {'gzip' if path.suffix == '.gz' else 'xz'} file ({err}); rewrite it, or drop the "
+            f"{path.suffix} suffix if it is plain text."
         ) from None
     return pairs
 

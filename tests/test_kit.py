@@ -1,0 +1,112 @@
+"""Pretraining on a lent GPU machine: dev packs score as the harness does, and the device script
+trains in timed slices on a machine without spaCy or FAISS, returning a model that unpacks here."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spacy_sapbert.kb import Concept, KnowledgeBase
+from training import datasets as ds
+from training.devpack import pack_task, read_pack, score_pack, write_pack
+from training.evaluate import Task, evaluate_linking
+from training.kit import recompress, unpack_command
+from training.pairs import PairFormatError, read_pairs
+from training.protocol import build_queries
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Imported at start-up by every Python the device script runs: as on a lent GPU machine, spaCy,
+# FAISS, thinc and ONNX Runtime are not there.
+BARE_MACHINE = """
+import importlib.machinery, sys
+class Hide(importlib.machinery.PathFinder):
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.split(".")[0] in ("spacy", "faiss", "thinc", "onnxruntime", "scispacy"):
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, path, target)
+sys.meta_path = [Hide if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+"""
+
+
+def toy_task():
+    kb = KnowledgeBase([
+        Concept("D1", "fever", ["pyrexia"]), Concept("D2", "headache", ["cephalalgia"]),
+        Concept("D3", "lactic acidosis", ["acidosis lactic"]), Concept("C4", "Tooth agenesis", alt_ids=["OMIM:613097"]),
+    ])
+    mentions = [ds.Mention("1", 0, 5, t, "Disease", ids) for t, ids in [
+        ("fever", ["D1"]), ("Pyrexia", ["D1"]), ("cephalalgias", ["D2"]), ("tooth agenesis", ["OMIM:613097"]),
+        ("fever and headache", ["D1", "D2"]), ("acidosis", ["D3"]),
+    ]]
+    return Task(build_queries(mentions, "lenient"), kb)
+
+
+def test_a_pack_scores_as_the_harness_does(tiny_encoder, tmp_path):
+    from training.systems import EncoderSystem
+
+    task = toy_task()
+    pack = read_pack(write_pack(pack_task(task, "toy", "dev", "lenient"), tmp_path))
+    assert pack["gold"][3] == ["C4"]  # alternative ids resolve as the harness resolves them
+    harness = evaluate_linking(task, EncoderSystem(task.dictionary, tiny_encoder.name_or_path))
+    packed = score_pack(pack, tiny_encoder)
+    assert packed["acc@k"] == harness["acc@k"] and packed["n"] == harness["n"] == 6
+
+
+def test_a_damaged_pack_or_pairs_file_is_named(tmp_path):
+    bad = tmp_path / "toy.dev.lenient.pack.json.xz"
+    bad.write_bytes(b"not xz")
+    with pytest.raises(ValueError, match="toy.dev.lenient.pack.json.xz is not a dev pack"):
+        read_pack(bad)
+    pairs = tmp_path / "pairs.txt.xz"
+    pairs.write_bytes(b"not xz either")
+    with pytest.raises(PairFormatError, match=r"pairs.txt.xz: is not a complete xz file"):
+        read_pairs(pairs)
+
+
+def make_kit(folder: Path, model: Path, pairs: Path) -> Path:
+    shutil.copytree(model, folder / "base")
+    recompress(pairs, folder / "pairs.txt.xz")
+    write_pack(pack_task(toy_task(), "toy", "dev", "lenient"), folder / "dev")
+    (folder / "whl").mkdir()
+    return folder
+
+
+def device_call(kit: Path, site: Path, run: Path, out: Path, *args, **env):
+    out.mkdir(parents=True, exist_ok=True)
+    settings = dict(os.environ, KIT=str(kit), SITE=str(site), RUN=str(run), OUT=str(out), NAME="toy",
+                    PYTHON=sys.executable, **env)
+    cmd = ["bash", str(REPO / "scripts" / "device-pretrain.sh"), "--model.pooling", "mean",
+           "--training.device", "cpu", "--training.batch_size", "8", "--training.max_steps", "2",
+           "--training.save_every", "100", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=settings, cwd=REPO, timeout=600)
+
+
+def test_the_device_script_trains_in_slices_without_spacy_and_returns_the_model(tiny_model, tiny_pairs, tmp_path):
+    from safetensors.torch import load_file
+
+    kit = make_kit(tmp_path / "kit", tiny_model, tiny_pairs)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BARE_MACHINE)
+    run = tmp_path / "run"
+    # Each call trains one step (its minutes run out at once), as each lent call trains a slice.
+    for call in range(2):
+        out = tmp_path / f"out{call}"
+        result = device_call(kit, site, run, out, MINUTES="0.000001", EXPORT=str(call))
+        assert result.returncode == 0, result.stderr[-3000:]
+        dev = json.loads((out / "toy.dev.json").read_text())
+        assert dev["results"][0]["n"] == 6
+        steps = [json.loads(line)["step"] for line in (out / "toy.metrics.jsonl").read_text().splitlines()]
+        assert steps[-1] == call + 1
+    assert sorted(p.name for p in out.iterdir()) == ["toy.dev.json", "toy.metrics.jsonl", "toy.model.tar.00"]
+    assert (run / "model" / "training.json").exists()  # the second call finished the run
+    unpack_command(out, output=tmp_path / "home", name="toy")
+    home = load_file(tmp_path / "home" / "model" / "model.safetensors")
+    trained = load_file(run / "model" / "model.safetensors")
+    assert home.keys() == trained.keys()
+    assert all(home[k].dtype.is_floating_point and home[k].element_size() == 2 for k in home)
+    assert (tmp_path / "home" / "toy.dev.json").exists()

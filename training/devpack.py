@@ -1,0 +1,165 @@
+"""Dev packs: a benchmark's queries and dictionary, prepared once where spaCy resolves the
+abbreviations, then scored wherever torch runs. A lent GPU machine has neither spaCy nor FAISS,
+so this is how a pretraining run is judged on dev between its timed slices there.
+
+    python -m training.devpack write --output .device/dev        # here: NCBI, BC5CDR-d, BC5CDR-c
+    python -m training.devpack score .device/dev --model runs/pretrain/model --output dev.json
+
+A pack's Acc@k is what `spacy-sapbert evaluate --system model` reports for that dataset and
+protocol: the same queries and dictionary, searched exactly (fp32 on CPU, fp16 on a GPU). Packs
+hold corpus mentions, so they belong in an ignored folder such as `.device/`, never in the
+repository. Nothing here but `write` imports spaCy.
+"""
+import json
+import lzma
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import typer
+
+from .datasets import DEFAULT_DATA_DIR
+from .scoring import MAX_K, accuracy_at_k
+
+PACK_SUFFIX = ".pack.json.xz"  # xz: the chemical pack is 3.5 MB, 5.8 MB as gzip
+DEFAULT_DATASETS = "ncbi-disease,bc5cdr-disease,bc5cdr-chemical"
+
+app = typer.Typer(add_completion=False, help="Write dev packs here; score a model on them anywhere torch runs.")
+
+
+def pack_task(task, dataset: str, split: str, protocol: str) -> dict:
+    """A JSON-ready pack of an evaluation Task: the dictionary's names with their concepts, and
+    each query's parts with its gold ids resolved as the harness resolves them."""
+    names, cuis = task.dictionary.name_rows()
+    concepts = list(task.dictionary.cui_to_entity)
+    position = {cui: i for i, cui in enumerate(concepts)}
+    resolve = task.dictionary.resolve_id
+    return {
+        "dataset": dataset, "split": split, "protocol": protocol,
+        "concepts": concepts, "names": list(names), "name_concept": [position[c] for c in cuis],
+        "queries": [q.parts for q in task.queries],
+        "gold": [sorted({resolve(g) or g for g in q.gold}) for q in task.queries],
+        "n_unlinkable_excluded": task.n_unlinkable,
+    }
+
+
+def write_pack(pack: dict, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{pack['dataset']}.{pack['split']}.{pack['protocol']}{PACK_SUFFIX}"
+    with lzma.open(path, "wt", encoding="utf-8", preset=9) as handle:
+        json.dump(pack, handle, ensure_ascii=False)
+    return path
+
+
+def read_pack(path: Path) -> dict:
+    try:
+        with lzma.open(path, "rt", encoding="utf-8") as handle:
+            pack = json.load(handle)
+    except (OSError, ValueError, lzma.LZMAError, EOFError) as err:
+        raise ValueError(f"{path} is not a dev pack ({err}); write it again with `python -m training.devpack write`.") from None
+    missing = {"concepts", "names", "name_concept", "queries", "gold"} - set(pack)
+    if missing:
+        raise ValueError(f"{path} is not a dev pack: it lacks {', '.join(sorted(missing))}.")
+    return pack
+
+
+def rank_exact(query_vectors: np.ndarray, name_vectors: np.ndarray, name_concept: np.ndarray,
+               concepts: Sequence[str], k: int = MAX_K, device: str = "cpu", chunk: int = 1024) -> List[List[str]]:
+    """Each query's k best distinct concepts by the cosine of its nearest name (unit vectors,
+    exact search), fetching 4k names, widened while a row has fewer than k concepts."""
+    import torch
+
+    names = torch.from_numpy(name_vectors).to(device)
+    fetch = min(len(names), max(4 * k, 32))
+    ranked: List[List[str]] = []
+    for start in range(0, len(query_vectors), chunk):
+        queries = torch.from_numpy(query_vectors[start:start + chunk]).to(device=device, dtype=names.dtype)
+        scores = queries @ names.T
+        width = fetch
+        while True:
+            top = scores.topk(width, dim=1).indices.cpu().numpy()
+            rows = [_distinct(name_concept[row], k) for row in top]
+            if width == len(names) or all(len(r) == k for r in rows):
+                break
+            width = min(len(names), width * 4)
+        ranked.extend([[concepts[c] for c in row] for row in rows])
+    return ranked
+
+
+def _distinct(concept_rows: np.ndarray, k: int) -> List[int]:
+    seen: List[int] = []
+    for c in concept_rows:
+        if c not in seen:
+            seen.append(int(c))
+            if len(seen) == k:
+                break
+    return seen
+
+
+def score_pack(pack: dict, encoder, device: str = "cpu") -> dict:
+    """Acc@1 … Acc@MAX_K of `encoder` on a pack (the harness's numbers for its dataset)."""
+    start = time.perf_counter()
+    name_vectors = encoder.encode(pack["names"])
+    texts = sorted({part for parts in pack["queries"] for part in parts})
+    ranked = dict(zip(texts, rank_exact(encoder.encode(texts), name_vectors, np.asarray(pack["name_concept"]),
+                                       pack["concepts"], device=device)))
+    accuracy = accuracy_at_k([[ranked[p] for p in parts] for parts in pack["queries"]],
+                             [set(g) for g in pack["gold"]])
+    return {
+        "dataset": pack["dataset"], "split": pack["split"], "protocol": pack["protocol"],
+        "n": len(pack["queries"]), "acc@1": accuracy[0], "acc@5": accuracy[4], "acc@k": accuracy,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+@app.command("write")
+def write_command(
+    output: Path = typer.Option(..., help="Folder for the packs (keep it out of git: they hold corpus text)"),
+    datasets: str = typer.Option(DEFAULT_DATASETS, help="Comma-separated PubTator benchmarks"),
+    split: str = typer.Option("dev", help="dev, or test where you have the test files"),
+    protocol: str = typer.Option("standard", help="standard or lenient"),
+    data_dir: Path = typer.Option(DEFAULT_DATA_DIR, help="Folder laid out as ../shared/data"),
+) -> None:
+    """Prepare each benchmark's queries and dictionary as the harness does, and write them."""
+    from .evaluate import prepare
+
+    for dataset in [d.strip() for d in datasets.split(",") if d.strip()]:
+        task = prepare(dataset, split, protocol, data_dir)
+        path = write_pack(pack_task(task, dataset, split, protocol), output)
+        typer.echo(f"{path}: {len(task.queries)} queries, {task.dictionary.n_names} names ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+@app.command("score")
+def score_command(
+    packs: Path = typer.Argument(..., help="A pack file or a folder of them"),
+    model: str = typer.Option(..., help="Model directory to score"),
+    device: str = typer.Option("auto", help="cpu, cuda or auto"),
+    batch_size: int = typer.Option(1024, help="Names per encoder batch"),
+    output: Optional[Path] = typer.Option(None, help="Write the results as JSON here"),
+) -> None:
+    """Score a model on dev packs: Acc@1 and Acc@5 per pack, as the harness computes them."""
+    from spacy_sapbert.encoder import Encoder, resolve_device
+
+    files = sorted(packs.glob(f"*{PACK_SUFFIX}")) if packs.is_dir() else [packs]
+    if not files:
+        typer.echo(f"error: no *{PACK_SUFFIX} files in {packs}; write them with `python -m training.devpack write`.", err=True)
+        raise typer.Exit(1)
+    encoder = Encoder(model, device=device, batch_size=batch_size)
+    results: List[Dict] = []
+    for path in files:
+        try:
+            pack = read_pack(path)
+        except ValueError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(1)
+        result = score_pack(pack, encoder, device=str(resolve_device(device)))
+        results.append(result)
+        typer.echo(f"{result['dataset']:<16} {result['protocol']:<8} n={result['n']:<5} "
+                   f"Acc@1 {100 * result['acc@1']:.1f}  Acc@5 {100 * result['acc@5']:.1f}  ({result['seconds']} s)")
+    if output is not None:
+        output.write_text(json.dumps({"model": model, "results": results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    app()
