@@ -94,7 +94,9 @@ class Encoder:
         source = str(local) if local.exists() else str(model)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(source)
-            self.model = AutoModel.from_pretrained(source)
+            # fp32 whatever the checkpoint holds (transformers 5 keeps its dtype): a packaged fp16
+            # model computes in fp16 on a CPU otherwise, slower and 1 point worse on NCBI dev.
+            self.model = AutoModel.from_pretrained(source, dtype=torch.float32)
         except OSError as err:
             raise EncoderError(
                 f"Could not load the encoder {model!r} ({str(err).splitlines()[0]}); give a local "

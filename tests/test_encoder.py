@@ -29,6 +29,21 @@ def test_auto_pooling_reads_the_model_directory(tiny_model, tmp_path):
     assert detect_pooling(tmp_path) == "cls"
 
 
+def test_an_fp16_model_computes_in_fp32_on_a_cpu(tiny_model, tiny_encoder, tmp_path):
+    import shutil
+
+    import torch
+    from transformers import AutoModel
+
+    half = tmp_path / "fp16"
+    shutil.copytree(tiny_model, half)
+    AutoModel.from_pretrained(str(tiny_model), dtype=torch.float16).save_pretrained(half)
+    encoder = Encoder(half)
+    assert encoder.model.dtype == torch.float32
+    texts = ["lactic acidosis", "metformin"]
+    np.testing.assert_allclose(encoder.encode(texts), tiny_encoder.encode(texts), atol=2e-3)
+
+
 def test_long_empty_and_unicode_texts(tiny_encoder):
     vectors = tiny_encoder.encode(["tumour " * 150, "", "Ménière’s disease — αβ", "\u200b"])
     assert np.isfinite(vectors).all()
