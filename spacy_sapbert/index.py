@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 import faiss
 import numpy as np
 
-from .encoder_base import file_sha256  # noqa: F401  (re-exported)
+from .encoder_base import file_sha256, tie_order  # noqa: F401  (file_sha256 re-exported)
 from .kb import KBFormatError, KnowledgeBase, name_key, read_jsonl, write_jsonl
 
 if TYPE_CHECKING:  # the encoder pulls in torch; the index itself does not need it
@@ -364,7 +364,8 @@ class ConceptIndex:
             still_short = []
             for query, score_row, id_row in zip(pending, scores, rows):
                 best: Dict[int, float] = {}
-                for score, row in zip(score_row, id_row):
+                order = tie_order(score_row, id_row)
+                for score, row in zip(score_row[order], id_row[order]):
                     if row < 0:
                         break
                     best.setdefault(int(self.row_concepts[row]), float(score))

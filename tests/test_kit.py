@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from spacy_sapbert.kb import Concept, KnowledgeBase
@@ -37,10 +38,11 @@ def toy_task():
     kb = KnowledgeBase([
         Concept("D1", "fever", ["pyrexia"]), Concept("D2", "headache", ["cephalalgia"]),
         Concept("D3", "lactic acidosis", ["acidosis lactic"]), Concept("C4", "Tooth agenesis", alt_ids=["OMIM:613097"]),
+        Concept("OMIM:1", "headache"),  # one name under two concepts: a tie, as in MEDIC
     ])
     mentions = [ds.Mention("1", 0, 5, t, "Disease", ids) for t, ids in [
         ("fever", ["D1"]), ("Pyrexia", ["D1"]), ("cephalalgias", ["D2"]), ("tooth agenesis", ["OMIM:613097"]),
-        ("fever and headache", ["D1", "D2"]), ("acidosis", ["D3"]),
+        ("fever and headache", ["D1", "D2"]), ("acidosis", ["D3"]), ("headache", ["D2"]),
     ]]
     return Task(build_queries(mentions, "lenient"), kb)
 
@@ -53,7 +55,15 @@ def test_a_pack_scores_as_the_harness_does(tiny_encoder, tmp_path):
     assert pack["gold"][3] == ["C4"]  # alternative ids resolve as the harness resolves them
     harness = evaluate_linking(task, EncoderSystem(task.dictionary, tiny_encoder.name_or_path))
     packed = score_pack(pack, tiny_encoder)
-    assert packed["acc@k"] == harness["acc@k"] and packed["n"] == harness["n"] == 6
+    assert packed["acc@k"] == harness["acc@k"] and packed["n"] == harness["n"] == 7
+
+
+def test_ties_put_the_later_row_first():
+    from spacy_sapbert.encoder_base import tie_order
+
+    scores = np.array([0.5, 0.9, 0.9 + 1e-9, 0.1], dtype=np.float32)
+    rows = np.array([3, 2, 7, 1])
+    assert rows[tie_order(scores, rows)].tolist() == [7, 2, 3, 1]
 
 
 def test_a_damaged_pack_or_pairs_file_is_named(tmp_path):
@@ -99,7 +109,7 @@ def test_the_device_script_trains_in_slices_without_spacy_and_returns_the_model(
         result = device_call(kit, site, run, out, MINUTES="0.000001", EXPORT=str(call))
         assert result.returncode == 0, result.stderr[-3000:]
         dev = json.loads((out / "toy.dev.json").read_text())
-        assert dev["results"][0]["n"] == 6
+        assert dev["results"][0]["n"] == 7
         steps = [json.loads(line)["step"] for line in (out / "toy.metrics.jsonl").read_text().splitlines()]
         assert steps[-1] == call + 1
     assert sorted(p.name for p in out.iterdir()) == ["toy.dev.json", "toy.metrics.jsonl", "toy.model.tar.00"]

@@ -19,6 +19,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import typer
 
+from spacy_sapbert.encoder_base import tie_order
+
 from .datasets import DEFAULT_DATA_DIR
 from .scoring import MAX_K, accuracy_at_k
 
@@ -67,7 +69,8 @@ def read_pack(path: Path) -> dict:
 def rank_exact(query_vectors: np.ndarray, name_vectors: np.ndarray, name_concept: np.ndarray,
                concepts: Sequence[str], k: int = MAX_K, device: str = "cpu", chunk: int = 1024) -> List[List[str]]:
     """Each query's k best distinct concepts by the cosine of its nearest name (unit vectors,
-    exact search), fetching 4k names, widened while a row has fewer than k concepts."""
+    exact search), fetching 4k names, widened while a row has fewer than k concepts; ties are
+    ordered as ConceptIndex.search orders them (tie_order)."""
     import torch
 
     names = torch.from_numpy(name_vectors).to(device)
@@ -78,7 +81,8 @@ def rank_exact(query_vectors: np.ndarray, name_vectors: np.ndarray, name_concept
         scores = queries @ names.T
         width = fetch
         while True:
-            top = scores.topk(width, dim=1).indices.cpu().numpy()
+            values, indices = (t.cpu().numpy() for t in scores.topk(width, dim=1))
+            top = [ids[tie_order(vals, ids)] for vals, ids in zip(values, indices)]
             rows = [_distinct(name_concept[row], k) for row in top]
             if width == len(names) or all(len(r) == k for r in rows):
                 break
