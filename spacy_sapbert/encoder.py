@@ -95,7 +95,7 @@ class Encoder:
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(source)
             # fp32 whatever the checkpoint holds (transformers 5 keeps its dtype): a packaged fp16
-            # model computes in fp16 on a CPU otherwise, slower and 1 point worse on NCBI dev.
+            # model would otherwise compute in fp16 on a CPU, far slower, and be exported so.
             self.model = AutoModel.from_pretrained(source, dtype=torch.float32)
         except OSError as err:
             raise EncoderError(
