@@ -6,7 +6,7 @@ Nothing here imports torch: a pipe that links with the int8 ONNX encoder never l
 import hashlib
 import json
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -38,6 +38,17 @@ def tie_order(scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
     NCBI dev (standard) scores 89.2 with this order and 86.5 with the earlier row first."""
     return np.lexsort((-rows, -np.round(scores, 6)))
 
+
+def best_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray, k: int) -> List[Tuple[int, float]]:
+    """One query's k best distinct concepts from its search hits (row -1: no hit), each scored
+    by its best name, ties in tie_order; fewer than k when the hits hold fewer concepts."""
+    best: Dict[int, float] = {}
+    order = tie_order(scores, rows)
+    for score, row in zip(scores[order], rows[order]):
+        if row < 0 or len(best) == k:
+            break
+        best.setdefault(int(row_concepts[row]), float(score))
+    return list(best.items())
 
 class EncoderError(ValueError):
     """The encoder cannot be loaded or configured as asked."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 import faiss
 import numpy as np
 
-from .encoder_base import file_sha256, tie_order  # noqa: F401  (file_sha256 re-exported)
+from .encoder_base import best_concepts, file_sha256  # noqa: F401  (file_sha256 re-exported)
 from .kb import KBFormatError, KnowledgeBase, name_key, read_jsonl, write_jsonl
 
 if TYPE_CHECKING:  # the encoder pulls in torch; the index itself does not need it
@@ -363,14 +363,9 @@ class ConceptIndex:
             scores, rows = self.index.search(vectors[pending], k_rows, params=params)
             still_short = []
             for query, score_row, id_row in zip(pending, scores, rows):
-                best: Dict[int, float] = {}
-                order = tie_order(score_row, id_row)
-                for score, row in zip(score_row[order], id_row[order]):
-                    if row < 0:
-                        break
-                    best.setdefault(int(self.row_concepts[row]), float(score))
+                best = best_concepts(score_row, id_row, self.row_concepts, k)
                 if len(best) >= k or k_rows >= n_allowed or (id_row < 0).any():
-                    results[query] = [(self.concept_ids[c], s) for c, s in list(best.items())[:k]]
+                    results[query] = [(self.concept_ids[c], s) for c, s in best]
                 else:
                     still_short.append(query)
             pending = np.array(still_short, dtype=np.int64)

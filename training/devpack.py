@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import typer
 
-from spacy_sapbert.encoder_base import tie_order
+from spacy_sapbert.encoder_base import best_concepts
 
 from .datasets import DEFAULT_DATA_DIR
 from .scoring import MAX_K, accuracy_at_k
@@ -70,7 +70,7 @@ def rank_exact(query_vectors: np.ndarray, name_vectors: np.ndarray, name_concept
                concepts: Sequence[str], k: int = MAX_K, device: str = "cpu", chunk: int = 1024) -> List[List[str]]:
     """Each query's k best distinct concepts by the cosine of its nearest name (unit vectors,
     exact search), fetching 4k names, widened while a row has fewer than k concepts; ties are
-    ordered as ConceptIndex.search orders them (tie_order)."""
+    ordered as ConceptIndex.search orders them (best_concepts)."""
     import torch
 
     names = torch.from_numpy(name_vectors).to(device)
@@ -82,23 +82,12 @@ def rank_exact(query_vectors: np.ndarray, name_vectors: np.ndarray, name_concept
         width = fetch
         while True:
             values, indices = (t.cpu().numpy() for t in scores.topk(width, dim=1))
-            top = [ids[tie_order(vals, ids)] for vals, ids in zip(values, indices)]
-            rows = [_distinct(name_concept[row], k) for row in top]
+            rows = [[c for c, _ in best_concepts(vals, ids, name_concept, k)] for vals, ids in zip(values, indices)]
             if width == len(names) or all(len(r) == k for r in rows):
                 break
             width = min(len(names), width * 4)
         ranked.extend([[concepts[c] for c in row] for row in rows])
     return ranked
-
-
-def _distinct(concept_rows: np.ndarray, k: int) -> List[int]:
-    seen: List[int] = []
-    for c in concept_rows:
-        if c not in seen:
-            seen.append(int(c))
-            if len(seen) == k:
-                break
-    return seen
 
 
 def score_pack(pack: dict, encoder, device: str = "cpu") -> dict:
