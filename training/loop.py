@@ -596,7 +596,13 @@ def train_from_cli(config_path: PathLike, pairs: PathLike, output: PathLike, mod
             model = str(base_model_path())
         parsed["model.name_or_path"] = model
     config = TrainConfig.from_disk(config_path, overrides=parsed)
-    return Trainer(config, pairs, output).train(resume=resume)
+    try:
+        return Trainer(config, pairs, output).train(resume=resume)
+    finally:
+        # Left to interpreter exit, gloo's threads can abort a finished rank ("terminate
+        # called without an active exception"), failing a run that trained to the end.
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def make_train_app(default_config: str, what: str):
