@@ -1,5 +1,5 @@
-"""What the torch encoder and the ONNX encoder share, `load_encoder`, which picks one, and two
-numpy helpers (file fingerprints, tie order) that the index, training and dev packs share.
+"""What the torch encoder and the ONNX encoder share, `load_encoder`, which picks one, and the
+numpy helpers (file fingerprints, tie order, best concepts) the index, training and dev packs share.
 
 Nothing here imports torch: a pipe that links with the int8 ONNX encoder never loads it.
 """

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 import faiss
 import numpy as np
 
-from .encoder_base import best_concepts, file_sha256  # noqa: F401  (file_sha256 re-exported)
+from .encoder_base import best_concepts, file_sha256
 from .kb import KBFormatError, KnowledgeBase, name_key, read_jsonl, write_jsonl
 
 if TYPE_CHECKING:  # the encoder pulls in torch; the index itself does not need it

@@ -111,9 +111,9 @@ def prepare_command(
     write_base(model, output / "base")
     recompress(pairs, output / "pairs.txt.xz")
     if packs is None:
-        from .devpack import write_command
+        from .devpack import DEFAULT_DATASETS, write_command
 
-        write_command(output=output / "dev", datasets="ncbi-disease,bc5cdr-disease,bc5cdr-chemical",
+        write_command(output=output / "dev", datasets=DEFAULT_DATASETS,
                       split="dev", protocol="standard", data_dir=DEFAULT_DATA_DIR)
     elif packs.resolve() != (output / "dev").resolve():
         shutil.copytree(packs, output / "dev", dirs_exist_ok=True)

@@ -477,11 +477,10 @@ class Trainer:
     def _out_of_time(self, elapsed: float, device: torch.device) -> bool:
         """Whether max_minutes is spent; under DDP every process takes rank 0's answer."""
         limit = self.config.training.max_minutes
-        if not limit:
-            return False
+        if not limit or self.dist.world_size == 1:
+            return bool(limit) and elapsed >= 60 * limit
         over = torch.tensor([float(elapsed >= 60 * limit)], device=device)
-        if self.dist.world_size > 1:
-            dist.broadcast(over, src=0)
+        dist.broadcast(over, src=0)
         return bool(over.item())
 
     # -- outputs -------------------------------------------------------------------------
