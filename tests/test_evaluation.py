@@ -8,7 +8,7 @@ from training.evaluate import Task, evaluate_linking
 from training.scoring import accuracy_at_k
 from training.protocol import (
     TextNormaliser, build_queries, composite_gold, dictionary_additions, document_abbreviations,
-    split_composite,
+    split_composite, add_training_names,
 )
 from training.systems import CharTfidf, ExactMatch
 
@@ -136,6 +136,25 @@ def test_dictionary_additions_per_protocol(pubtator):
     assert ("D010051", "breast and ovarian cancer") in dictionary_additions(mentions, "lenient")
     standard = dictionary_additions(mentions, "standard")
     assert ("D020388", "dmd") in standard and all(i != "D010051" for i, _ in standard)
+
+
+def test_training_names_go_to_the_concept_training_gives_them():
+    kb = KnowledgeBase([
+        Concept("D006505", "hepatitis", ["liver inflammation"], types=["MEDIC"]),
+        Concept("D056486", "drug induced liver injury", types=["MEDIC"]),
+        Concept("D1", "Hepatitis"),  # its only name: kept, or it could not be found at all
+    ])
+    # The majority (D056486) takes the name; the minority annotation adds nothing back.
+    additions = [("D056486", "hepatitis"), ("D056486", "hepatitis"), ("D006505", "hepatitis"), ("D1", "hep")]
+    claimed = add_training_names(kb, additions)
+    names = {c.concept_id: c.names for c in claimed}
+    assert names == {"D006505": ["liver inflammation"], "D056486": ["drug induced liver injury", "hepatitis"],
+                     "D1": ["Hepatitis", "hep"]}
+    assert claimed.cui_to_entity["D006505"].types == ["MEDIC"] and len(kb.cui_to_entity["D006505"].names) == 2
+    assert ExactMatch(claimed).rank(["hepatitis"]) == [["D056486", "D1"]]
+    # Equal votes: both concepts keep the name.
+    tied = add_training_names(kb, [("D056486", "hepatitis"), ("D006505", "hepatitis")])
+    assert "hepatitis" in tied.cui_to_entity["D006505"].names and "hepatitis" in tied.cui_to_entity["D056486"].names
 
 
 def test_accuracy_at_k_by_hand():

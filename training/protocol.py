@@ -6,15 +6,20 @@ correct known typos, lowercase, and turn punctuation into spaces; the dictionary
 the same normalisation.
 lenient: the raw mention; right if the top concept is any of its gold ids.
 """
+import logging
 import re
 import string
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from spacy_sapbert.kb import Concept, KnowledgeBase, name_key
 from spacy_sapbert.linker import expand_abbreviations
 
 from .datasets import Document, Mention
+
+logger = logging.getLogger(__name__)
 
 PROTOCOLS = ("standard", "lenient")
 _PUNCTUATION = re.compile(r"[\s{}]+".format(re.escape(string.punctuation)))
@@ -163,3 +168,39 @@ def dictionary_additions(mentions: Sequence[Mention], protocol: str,
         elif len(mention.ids) == 1:
             pairs.append((mention.ids[0], normalise(mention.text)))
     return [(i, text) for i, text in pairs if text]
+
+
+def add_training_names(dictionary: KnowledgeBase, additions: Sequence[Tuple[str, str]]) -> KnowledgeBase:
+    """The dictionary plus the names training mentions give concepts, each such name left to
+    the concepts training mentions give it most often: other concepts bearing it lose it (they
+    keep their other names), and a minority annotation adds nothing.
+
+    Only ties change: a name under two concepts scores the same for both, and which one a
+    system then ranks first is arbitrary (row order). The corpus's own annotations settle it
+    instead: BC5CDR calls "hepatitis" drug-induced liver injury (D056486), not MEDIC's
+    hepatitis (D006505). A concept whose every name is claimed elsewhere keeps its names, as a
+    concept without a name cannot be searched at all.
+
+    additions: (concept id, name) pairs of dictionary_additions, with ids as the dictionary
+        stores them (resolved).
+    """
+    votes: Dict[str, Counter] = {}
+    for concept_id, name in additions:
+        votes.setdefault(name_key(name), Counter())[concept_id] += 1
+    owners: Dict[str, Set[str]] = {
+        key: {c for c, n in counts.items() if n == max(counts.values())} for key, counts in votes.items()
+    }
+    concepts, n_left, n_kept_whole = [], 0, 0
+    for concept in dictionary:
+        names = [n for n in concept.names if concept.concept_id in owners.get(name_key(n), {concept.concept_id})]
+        n_left += len(concept.names) - len(names)
+        if not names:
+            names, n_kept_whole = concept.names, n_kept_whole + 1
+        concepts.append(replace(concept, canonical_name=names[0], aliases=names[1:]))
+    claimed = KnowledgeBase(concepts, name=dictionary.name, version=dictionary.version)
+    for concept_id, name in additions:
+        if concept_id in owners[name_key(name)]:
+            claimed.add(Concept(concept_id, name))
+    logger.info("Training mentions claim %d names from other concepts of %s (%d concepts kept theirs: "
+                "every name was claimed).", n_left, dictionary.name, n_kept_whole)
+    return claimed
