@@ -131,6 +131,13 @@ def test_standard_queries_resolve_abbreviations_and_split(pubtator):
     assert lenient[1].parts == ["DMD"] and lenient[3].gold == ["D020388", "OMIM:310200"]
 
 
+def test_abbreviations_defined_before_a_hyphen():
+    text = ("Rats got nitroglycerin (NTG)-induced headache. NTG was given with the "
+            "Na(+)/H(+) exchanger type 3 (NHE3) blocked.")
+    found = document_abbreviations([ds.Document("1", text)])["1"]
+    assert found["NTG"] == "nitroglycerin" and found["NHE3"] == "Na(+)/H(+) exchanger type 3"
+
+
 def test_dictionary_additions_per_protocol(pubtator):
     mentions = ds.read_pubtator(pubtator).mentions
     assert ("D010051", "breast and ovarian cancer") in dictionary_additions(mentions, "lenient")
