@@ -8,6 +8,7 @@ from spacy.lang.en.stop_words import STOP_WORDS
 
 from .defaults import ASSETS, DEFAULT
 from .kb import KnowledgeBase
+from .tokenization import split_close_before_hyphen
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ def demo_pipeline(
 
     if ner is None and (DEMO_NER / "config.cfg").exists():
         ner = str(DEMO_NER)
-    nlp = spacy.load(ner) if ner is not None else spacy.blank("en")
+    # The bundled NER's tokenizer has split_close_before_hyphen already; a user's NER is kept as it is.
+    nlp = spacy.load(ner) if ner is not None else split_close_before_hyphen(spacy.blank("en"))
     if "sentencizer" not in nlp.pipe_names and not nlp.has_pipe("parser") and not nlp.has_pipe("senter"):
         nlp.add_pipe("sentencizer", first=True)
     config = {"model": model, "index": index, **(linker_config or {})}

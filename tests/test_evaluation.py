@@ -162,6 +162,10 @@ def test_training_names_go_to_the_concept_training_gives_them():
     # Equal votes: both concepts keep the name.
     tied = add_training_names(kb, [("D056486", "hepatitis"), ("D006505", "hepatitis")])
     assert "hepatitis" in tied.cui_to_entity["D006505"].names and "hepatitis" in tied.cui_to_entity["D056486"].names
+    # Without precedence every pair is added and every concept keeps its names (ties by row order).
+    plain = add_training_names(kb, additions, precedence=False)
+    assert plain.cui_to_entity["D006505"].names == ["hepatitis", "liver inflammation"]
+    assert "hepatitis" in plain.cui_to_entity["D056486"].names and ExactMatch(plain).rank(["hepatitis"])[0][0] == "D006505"
 
 
 def test_accuracy_at_k_by_hand():

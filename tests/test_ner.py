@@ -2,11 +2,12 @@
 import spacy
 from spacy.tokens import DocBin
 
+from spacy_sapbert.tokenization import split_close_before_hyphen
 from training.datasets import read_pubtator
 from training.ner import ConversionStats, convert, corpus_docs
 
 TEXT_T = "Cisplatin-induced nephrotoxicity"
-TEXT_A = "Rats got cisplatin and aminoCAT; renal failure followed."
+TEXT_A = "Rats got cisplatin and aminoCAT; renal failure followed. NTG (NTG)-induced pain."
 PUBTATOR = "\n".join([
     f"1|t|{TEXT_T}",
     f"1|a|{TEXT_A}",
@@ -17,6 +18,8 @@ PUBTATOR = "\n".join([
     # overlaps "renal failure": counted, not silently kept or dropped
     "1\t66\t78\trenal failur\tDisease\tD051437",
     "1\t66\t79\trenal failure\tDisease\tD051437",
+    # "(NTG)-induced": the tokenizer rule puts "NTG" on token boundaries
+    "1\t95\t98\tNTG\tChemical\tD005996",
     "1\tCID\tD002945\tD007674",
     "",
 ])
@@ -27,11 +30,11 @@ def test_mentions_become_entities_and_every_mention_is_accounted_for(tmp_path):
     path.write_text(PUBTATOR)
     corpus = read_pubtator(path, keep_unlinkable=True)
     stats = ConversionStats()
-    (doc,) = corpus_docs(corpus, spacy.blank("en"), stats)
+    (doc,) = corpus_docs(corpus, split_close_before_hyphen(spacy.blank("en")), stats)
     ents = [(e.text, e.label_) for e in doc.ents]
     assert ("Cisplatin", "Chemical") in ents and ("nephrotoxicity", "Disease") in ents
     assert ("aminoCAT", "Chemical") in ents  # the unlinkable mention is still a mention
-    assert stats.mentions == 5 and stats.exact + stats.expanded == 5
+    assert stats.mentions == 6 and stats.exact + stats.expanded == 6
     assert stats.expanded == 2 and stats.overlapping == 1
     assert stats.mentions == len(doc.ents) + stats.overlapping
 
@@ -44,7 +47,8 @@ def test_convert_writes_train_and_dev(tmp_path):
     results = convert(data, tmp_path / "out")
     assert [split for split, _ in results] == ["train", "dev"]
     docs = list(DocBin().from_disk(tmp_path / "out" / "train.spacy").get_docs(spacy.blank("en").vocab))
-    assert len(docs) == 1 and len(docs[0].ents) == 4
+    assert len(docs) == 1 and len(docs[0].ents) == 5
+    assert ("NTG", "Chemical") in {(e.text, e.label_) for e in docs[0].ents}
 
 
 def test_the_bundled_ner_loads_and_finds_diseases_and_chemicals():
@@ -55,3 +59,5 @@ def test_the_bundled_ner_loads_and_finds_diseases_and_chemicals():
     ents = {(e.text, e.label_) for e in doc.ents}
     assert ("hypertension", "Disease") in ents and ("cisplatin", "Chemical") in ents
     assert len(nlp.vocab.strings) < 2000  # no corpus vocabulary shipped
+    # Its tokenizer keeps the rule it was trained with, without spacy_sapbert's callback.
+    assert [t.text for t in nlp.make_doc("nitroglycerin (NTG)-induced")] == ["nitroglycerin", "(", "NTG", ")", "-induced"]

@@ -59,10 +59,12 @@ class Task:
     n_unlinkable: int = 0
 
 
-def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int = 0) -> Task:
+def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int = 0,
+            training_precedence: bool = True) -> Task:
     """Load the split's mentions, turn them into queries, and build the dictionary (the
     base vocabulary plus training mentions — train for dev, train and dev for test — with the
-    names training mentions give a concept left to it: add_training_names)."""
+    names training mentions give a concept left to it, unless `training_precedence` is False:
+    add_training_names)."""
     normalise = TextNormaliser()
     if dataset == "ncbi-disease" and protocol == "standard":
         normalise = TextNormaliser.from_typo_file(data_dir / "medic" / "ncbi-spell-check.txt")
@@ -82,7 +84,7 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
         dictionary = _normalised_kb(dictionary, normalise)
     additions = [(dictionary.resolve_id(concept_id) or concept_id, name)
                  for concept_id, name in dictionary_additions(training, protocol, normalise)]
-    return Task(queries, add_training_names(dictionary, additions), n_unlinkable)
+    return Task(queries, add_training_names(dictionary, additions, training_precedence), n_unlinkable)
 
 
 def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None,
@@ -140,7 +142,8 @@ def evaluate_relatedness(dataset: str, data_dir: Path, system: str, model: Optio
 
 
 def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
-        model: Optional[str] = None, fold: int = 0, precision: str = "fp32", index_type: str = "flat") -> dict:
+        model: Optional[str] = None, fold: int = 0, precision: str = "fp32", index_type: str = "flat",
+        training_precedence: bool = True) -> dict:
     """One evaluation; the metrics as a dict."""
     header = {"dataset": dataset, "split": split if dataset != "cadec" else f"fold{fold}-test",
               "system": system, "protocol": protocol, "model": model if system == "model" else None}
@@ -148,7 +151,9 @@ def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         header.update(precision=precision, index_type=index_type)
     if dataset in RELATEDNESS_DATASETS:
         return {**header, "protocol": "cosine", **evaluate_relatedness(dataset, data_dir, system, model)}
-    task = prepare(dataset, split, protocol, data_dir, fold)
+    if not training_precedence:
+        header["training_precedence"] = False
+    task = prepare(dataset, split, protocol, data_dir, fold, training_precedence)
     return {**header, **evaluate_linking(task, make_system(system, task.dictionary, model, precision, index_type))}
 
 
@@ -188,12 +193,16 @@ def evaluate_command(
     fold: int = typer.Option(0, "--fold", help="CADEC fold."),
     precision: str = typer.Option("fp32", "--precision", help="Mention encoding (system model): fp32, or int8 (ONNX)."),
     index_type: str = typer.Option("flat", "--index-type", help="FAISS index over the dictionary (system model)."),
+    training_precedence: bool = typer.Option(
+        True, "--training-precedence/--no-training-precedence",
+        help="Leave a name the training mentions give a concept to it (ties then follow the corpus, not row order).",
+    ),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the metrics JSON here."),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     try:
         metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold,
-                      precision, index_type)
+                      precision, index_type, training_precedence)
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)
