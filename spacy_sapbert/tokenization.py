@@ -3,7 +3,8 @@
 spaCy's English tokenizer (and scispaCy's) leaves "nitroglycerin (NTG)-induced" as "(",
 "NTG)-induced": no entity can end at "NTG", and scispaCy's AbbreviationDetector finds no
 "(short form)". BC5CDR, a corpus of chemical-induced diseases, writes 17 of its dev definitions
-so (NTG, CYP, AAP, EMB, METH, …). Splitting every bracket instead found 3 more but lost 6 long
+so (NTG, CYP, AAP, EMB, METH, …); the rule loses 2, receptors with ")-" inside their long
+form ("Na(+)-Cl(-) cotransporter"). Splitting every bracket instead found 3 more but lost 6 long
 forms with brackets inside ("Na(+)/H(+) exchanger").
 """
 from typing import Callable
