@@ -12,7 +12,7 @@ import string
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from spacy_sapbert.kb import Concept, KnowledgeBase, name_key
 from spacy_sapbert.linker import expand_abbreviations
@@ -192,27 +192,26 @@ def add_training_names(dictionary: KnowledgeBase, additions: Sequence[Tuple[str,
         83.2 on NCBI dev lenient, was measured so).
     RETURNS: a new knowledge base, or with precedence False the dictionary given.
     """
-    if not precedence:
+    claimed, owners = dictionary, None
+    if precedence:
+        votes: Dict[str, Counter] = {}
         for concept_id, name in additions:
-            dictionary.add(Concept(concept_id, name))
-        return dictionary
-    votes: Dict[str, Counter] = {}
+            votes.setdefault(name_key(name), Counter())[concept_id] += 1
+        owners = {}
+        for key, counts in votes.items():
+            top = max(counts.values())
+            owners[key] = {c for c, n in counts.items() if n == top}
+        concepts, n_left, n_kept_whole = [], 0, 0
+        for concept in dictionary:
+            names = [n for n in concept.names if concept.concept_id in owners.get(name_key(n), {concept.concept_id})]
+            n_left += len(concept.names) - len(names)
+            if not names:
+                names, n_kept_whole = concept.names, n_kept_whole + 1
+            concepts.append(replace(concept, canonical_name=names[0], aliases=names[1:]))
+        claimed = KnowledgeBase(concepts, name=dictionary.name, version=dictionary.version)
+        logger.info("Training mentions claim %d names from other concepts of %s (%d concepts kept theirs: "
+                    "every name was claimed).", n_left, dictionary.name, n_kept_whole)
     for concept_id, name in additions:
-        votes.setdefault(name_key(name), Counter())[concept_id] += 1
-    owners: Dict[str, Set[str]] = {
-        key: {c for c, n in counts.items() if n == max(counts.values())} for key, counts in votes.items()
-    }
-    concepts, n_left, n_kept_whole = [], 0, 0
-    for concept in dictionary:
-        names = [n for n in concept.names if concept.concept_id in owners.get(name_key(n), {concept.concept_id})]
-        n_left += len(concept.names) - len(names)
-        if not names:
-            names, n_kept_whole = concept.names, n_kept_whole + 1
-        concepts.append(replace(concept, canonical_name=names[0], aliases=names[1:]))
-    claimed = KnowledgeBase(concepts, name=dictionary.name, version=dictionary.version)
-    for concept_id, name in additions:
-        if concept_id in owners[name_key(name)]:
+        if owners is None or concept_id in owners[name_key(name)]:
             claimed.add(Concept(concept_id, name))
-    logger.info("Training mentions claim %d names from other concepts of %s (%d concepts kept theirs: "
-                "every name was claimed).", n_left, dictionary.name, n_kept_whole)
     return claimed
