@@ -36,6 +36,8 @@ MESH_LABEL_TYPES: Dict[str, List[str]] = {
 }
 DEFAULT = "default"
 FAST = "fast"
+# The untrained all-MiniLM-L6-v2: the model whose vector space the bundled index holds.
+BASE = "base"
 # The default index's FAISS type: graph search over 8-bit vectors (see index.make_faiss_index);
 # `index = "default-exact"` takes the exact flat index instead.
 DEFAULT_INDEX_TYPE = "hnsw-sq8"
@@ -228,10 +230,12 @@ def fast_model_path() -> Path:
 
 
 def resolve_model(model: str) -> str:
-    """`model` as given, the default model's directory for "default", or the bundled distilled
-    student's for "fast"."""
+    """`model` as given, the default model's directory for "default", the untrained base's for
+    "base", or the bundled distilled student's for "fast"."""
     if model == DEFAULT:
         return str(default_model_path())
+    if model == BASE:
+        return str(base_model_path())
     if model == FAST:
         return str(fast_model_path())
     return model

@@ -17,6 +17,57 @@ from .encoder_base import (  # noqa: F401  (re-exported: training imports them f
 
 logger = logging.getLogger(__name__)
 
+# Written beside a model that stores only what training changed: the model its other weights
+# come from (its word embeddings, say, which training kept frozen) and their sha256.
+BASE_FILE = "sapbert_base.json"
+
+
+def tensors_sha256(tensors: dict) -> str:
+    """sha256 of named tensors' names and float32 bytes, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        digest.update(name.encode())
+        digest.update(tensors[name].detach().to(torch.float32).cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def load_transformer(source: Union[str, Path]):
+    """The tokenizer and the fp32 model of a directory or Hugging Face name.
+
+    A directory with BASE_FILE holds only the weights its training changed: the others are
+    taken from the base model it names (checked against their recorded sha256), so a
+    fine-tuned model whose word embeddings stayed frozen ships at half the size.
+    """
+    from transformers import AutoConfig
+
+    source = str(source)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    record_file = Path(source).expanduser() / BASE_FILE
+    if not record_file.exists():
+        # fp32 whatever the checkpoint holds (transformers 5 keeps its dtype): a packaged fp16
+        # model would otherwise compute in fp16 on a CPU, far slower, and be exported so.
+        return tokenizer, AutoModel.from_pretrained(source, dtype=torch.float32)
+    from safetensors.torch import load_file
+
+    from .defaults import resolve_model
+
+    record = json.loads(record_file.read_text())
+    base = resolve_model(record["base"])
+    model = AutoModel.from_pretrained(base, config=AutoConfig.from_pretrained(source), dtype=torch.float32)
+    state = {}
+    for shard in sorted(Path(source).expanduser().glob("*.safetensors")):
+        state.update(load_file(shard))
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    from_base = set(record["from_base"])
+    kept = {name: tensor for name, tensor in model.state_dict().items() if name in from_base}
+    if set(missing) != from_base or unexpected or tensors_sha256(kept) != record["sha256"]:
+        raise EncoderError(
+            f"{source} stores only the weights its training changed and takes {', '.join(sorted(from_base))} from "
+            f"{record['base']!r} ({base}), but that model's weights differ from the ones it was trained with; "
+            "install the base it names (make install), or use the full model directory."
+        )
+    return tokenizer, model
+
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """One vector per text from the last hidden states: the [CLS] token's ("cls") or the mean
@@ -93,10 +144,7 @@ class Encoder:
             )
         source = str(local) if local.exists() else str(model)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(source)
-            # fp32 whatever the checkpoint holds (transformers 5 keeps its dtype): a packaged fp16
-            # model would otherwise compute in fp16 on a CPU, far slower, and be exported so.
-            self.model = AutoModel.from_pretrained(source, dtype=torch.float32)
+            self.tokenizer, self.model = load_transformer(source)
         except OSError as err:
             raise EncoderError(
                 f"Could not load the encoder {model!r} ({str(err).splitlines()[0]}); give a local "

@@ -18,6 +18,9 @@ PROGRESS_MIN_TEXTS = 5000
 PRECISIONS = ("fp32", "int8")
 # Written beside a distilled student: the teacher whose vector space it embeds into.
 TEACHER_FILE = "sapbert_teacher.json"
+# Written beside a model trained with BioSyn's hybrid score: the weight of its char n-gram
+# tf-idf term (score = dense cosine + sparse_weight × tf-idf cosine).
+SPARSE_FILE = "sapbert_sparse.json"
 
 
 def file_sha256(path: Union[str, Path]) -> str:
@@ -49,6 +52,12 @@ def best_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray
             break
         best.setdefault(int(row_concepts[row]), float(score))
     return list(best.items())
+
+def recorded_sparse_weight(model: Union[str, Path]) -> float:
+    """The hybrid score's sparse weight a model directory records (SPARSE_FILE), else 0."""
+    record = Path(model).expanduser() / SPARSE_FILE
+    return float(json.loads(record.read_text())["sparse_weight"]) if record.exists() else 0.0
+
 
 class EncoderError(ValueError):
     """The encoder cannot be loaded or configured as asked."""
@@ -116,20 +125,23 @@ def load_encoder(
 
 def exact_encoder(encoder):
     """The fp32 torch model whose vector space `encoder` embeds into: itself, the model an int8
-    export came from, or a distilled student's teacher. Names are embedded by it, exactly."""
+    export came from, or a student's teacher (a query encoder trained against frozen keys is the
+    student of the keys' model), followed to the model that has no teacher. Names are embedded
+    by it, exactly."""
     from .encoder import Encoder
 
     meta = getattr(encoder, "meta", None)
     if meta is None:
-        teacher = getattr(encoder, "teacher_model", None)
-        return Encoder(teacher, pooling=encoder.pooling, max_length=encoder.max_length) if teacher else encoder
+        while getattr(encoder, "teacher_model", None):
+            encoder = Encoder(encoder.teacher_model, pooling=encoder.pooling, max_length=encoder.max_length)
+        return encoder
     from .defaults import resolve_model
 
     source = Path(resolve_model(meta["exact_model"]))
     if not (source / "config.json").exists():
         raise EncoderError(f"{encoder.name_or_path} was exported from {source}, which is gone, and building "
                            "an index needs that exact model; point `model` at it, or export again.")
-    exact = Encoder(source, pooling=encoder.pooling, max_length=encoder.max_length)
+    exact = exact_encoder(Encoder(source, pooling=encoder.pooling, max_length=encoder.max_length))
     if exact.fingerprint != encoder.fingerprint:
         raise EncoderError(f"{source} has changed since {encoder.name_or_path} was exported from it; "
                            "export it again.")

@@ -5,7 +5,7 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
@@ -271,6 +271,26 @@ class ConceptIndex:
                 "This index's rows no longer follow its KB's names (it was filtered or converted), so "
                 "name precedence cannot be applied; apply it to the index `build-index` wrote."
             )
+        return self._preferred_mask(prefer)
+
+    def row_names(self) -> List[str]:
+        """The name each row of the index embeds: the KB's names in order, less those that name
+        precedence (meta["name_precedence"], see preferred_rows) left to other concepts."""
+        names, cuis = self.kb.name_rows()
+        if len(names) != len(self) and self.meta.get("name_precedence"):
+            keep = self._preferred_mask(self.meta["name_precedence"])
+            names = [n for n, kept in zip(names, keep) if kept]
+            cuis = [c for c, kept in zip(cuis, keep) if kept]
+        position = {cui: i for i, cui in enumerate(self.concept_ids)}
+        if len(names) != len(self) or any(position[c] != r for c, r in zip(cuis, self.row_concepts)):
+            raise ConceptIndexError(
+                "This index's rows do not follow its KB's names, so they cannot be named (for the hybrid "
+                "score); rebuild it with `spacy-sapbert build-index`, or set sparse_weight to 0."
+            )
+        return names
+
+    def _preferred_mask(self, prefer: Sequence[str]) -> np.ndarray:
+        names, cuis = self.kb.name_rows()
         try:
             patterns = [re.compile(p) for p in prefer]
         except re.error as err:
@@ -335,13 +355,19 @@ class ConceptIndex:
         vectors: np.ndarray,
         k: int = 10,
         type_prefixes: Optional[Sequence[str]] = None,
+        rescore: Optional[Callable[[int, np.ndarray, np.ndarray], np.ndarray]] = None,
+        min_rows: int = 32,
     ) -> List[Candidates]:
         """The k best distinct concepts for each query vector.
 
         vectors: (n, dim) unit vectors from the index's encoder.
         k: concepts per query; a concept scores as its best-matching name.
         type_prefixes: only concepts with a type starting with one of these.
-        Returns, per query, [(concept_id, cosine score), …] best first.
+        rescore: called as rescore(query position, rows, cosines) on each query's hits (row -1:
+            none), returns their scores (the hybrid score: sparse.HybridRescorer).
+        min_rows: name rows fetched per query at least (more while they hold fewer than k concepts).
+        Returns, per query, [(concept_id, score), …] best first; the score is the cosine unless
+        `rescore` gives another.
         """
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] != self.index.d:
@@ -358,11 +384,13 @@ class ConceptIndex:
             return results
         pending = np.arange(len(vectors))
         # Concepts have several names, so fetch more rows than concepts and widen if short.
-        k_rows = min(n_allowed, max(4 * k, 32))
+        k_rows = min(n_allowed, max(4 * k, min_rows))
         while len(pending):
             scores, rows = self.index.search(vectors[pending], k_rows, params=params)
             still_short = []
             for query, score_row, id_row in zip(pending, scores, rows):
+                if rescore is not None:
+                    score_row = rescore(int(query), id_row, score_row)
                 best = best_concepts(score_row, id_row, self.row_concepts, k)
                 if len(best) >= k or k_rows >= n_allowed or (id_row < 0).any():
                     results[query] = [(self.concept_ids[c], s) for c, s in best]

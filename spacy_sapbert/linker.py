@@ -43,6 +43,7 @@ CFG_FILE = "cfg.json"
         "pooling": "auto",
         "max_length": 25,
         "device": "cpu",
+        "sparse_weight": None,
         "cui_attr": "cui",
         "score_attr": "cui_score",
         "candidates_attr": "kb_ents",
@@ -68,6 +69,7 @@ def make_sapbert_linker(
     pooling: str,
     max_length: int,
     device: str,
+    sparse_weight: Optional[float],
     cui_attr: str,
     score_attr: str,
     candidates_attr: str,
@@ -100,6 +102,9 @@ def make_sapbert_linker(
         fp32 when an index is built.
     threads: ONNX Runtime threads for int8 encoding; 0 takes one per physical core.
     pooling, max_length, device: encoder settings ("auto" pooling reads the model's own).
+    sparse_weight: BioSyn's hybrid score: a concept scores cosine + sparse_weight × the char
+        3-gram tf-idf cosine of mention and name, over the dense search's best names. None takes
+        the weight the model was trained with (its sapbert_sparse.json), else 0; 0 is dense only.
     cui_attr, score_attr, candidates_attr: names of the Span extensions set.
     """
     return SapBERTLinker(
@@ -108,7 +113,7 @@ def make_sapbert_linker(
         resolve_abbreviations=resolve_abbreviations, labels=labels, label_types=label_types,
         batch_size=batch_size, encoder_batch_size=encoder_batch_size, cache_size=cache_size,
         exact_match=exact_match, precision=precision, threads=threads, pooling=pooling,
-        max_length=max_length, device=device,
+        max_length=max_length, device=device, sparse_weight=sparse_weight,
         cui_attr=cui_attr, score_attr=score_attr, candidates_attr=candidates_attr,
     )
 
@@ -155,6 +160,7 @@ class SapBERTLinker(Pipe):
         pooling: str = "auto",
         max_length: int = 25,
         device: str = "cpu",
+        sparse_weight: Optional[float] = None,
         cui_attr: str = "cui",
         score_attr: str = "cui_score",
         candidates_attr: str = "kb_ents",
@@ -188,6 +194,8 @@ class SapBERTLinker(Pipe):
         self.pooling = pooling
         self.max_length = max_length
         self.device = device
+        self.sparse_weight = sparse_weight
+        self.hybrid = None  # sparse.HybridRescorer when the hybrid score is on
         self.cui_attr = cui_attr
         self.score_attr = score_attr
         self.candidates_attr = candidates_attr
@@ -204,15 +212,24 @@ class SapBERTLinker(Pipe):
         return self.index.kb
 
     def _load(self, model: Union[str, Path], index: Union[str, Path]) -> None:
-        from .encoder_base import load_encoder  # torch is imported only for an fp32 model
+        from .encoder_base import load_encoder, recorded_sparse_weight  # torch only for an fp32 model
 
+        model_path = resolve_model(str(model))
         self.encoder = load_encoder(
-            resolve_model(str(model)), precision=self.precision, pooling=self.pooling,
+            model_path, precision=self.precision, pooling=self.pooling,
             max_length=self.max_length, device=self.device, batch_size=self.encoder_batch_size,
             threads=self.threads,
         )
         index_path = resolve_index(str(index), self.encoder)
         self.index = ConceptIndex.load(index_path, encoder=self.encoder)
+        weight = self.sparse_weight
+        if weight is None:
+            weight = recorded_sparse_weight(getattr(self.encoder, "path", model_path))
+        self.hybrid = None
+        if weight:
+            from .sparse import HybridRescorer
+
+            self.hybrid = HybridRescorer(self.index.row_names(), weight)
         self._cache.clear()  # candidates from another model or index would be wrong
         # built at load, not on the first doc
         self._names = self.index.kb.name_lookup() if self.exact_match else None
@@ -297,7 +314,13 @@ class SapBERTLinker(Pipe):
                 by_types.setdefault(types, []).append(text)
             for types, group in by_types.items():
                 rows = [row_of[t] for t in group]
-                results = self.index.search(vectors[rows], k=self.k, type_prefixes=types or None)
+                if self.hybrid is None:
+                    results = self.index.search(vectors[rows], k=self.k, type_prefixes=types or None)
+                else:
+                    from .sparse import HYBRID_ROWS
+
+                    results = self.index.search(vectors[rows], k=self.k, type_prefixes=types or None,
+                                                rescore=self.hybrid.for_texts(group), min_rows=HYBRID_ROWS)
                 for text, candidates in zip(group, results):
                     found[(text, types)] = candidates
             self._remember({key: found[key] for key in missing})

@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 from .defaults import cache_dir, write_to_cache
-from .encoder_base import PRECISIONS, EncoderError, file_sha256, length_sorted_batches
+from .encoder_base import PRECISIONS, SPARSE_FILE, EncoderError, file_sha256, length_sorted_batches
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +222,8 @@ def export_onnx(
         else:
             shutil.copyfile(fp32, output / ONNX_FILE)
     encoder.tokenizer.save_pretrained(output)
+    if (Path(model).expanduser() / SPARSE_FILE).exists():  # the hybrid's weight travels with the model
+        shutil.copyfile(Path(model).expanduser() / SPARSE_FILE, output / SPARSE_FILE)
     if not (output / TOKENIZER_FILE).exists():
         raise EncoderError(f"{model} has no fast tokenizer (tokenizer.json), which the ONNX path needs.")
     meta = {

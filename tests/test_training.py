@@ -364,7 +364,7 @@ def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, ti
     weights = load_file(packaged / "model.safetensors")
     assert {t.dtype for t in weights.values()} == {torch.float16}
     card = (packaged / "MODEL_CARD.md").read_text()
-    assert "Steps: 2 of 128 names" in card and "| ncbi-disease | dev | 90.0 |" in card and "Apache-2.0" in card
+    assert "Steps: 2 of 128 texts" in card and "| ncbi-disease | dev | 90.0 |" in card and "Apache-2.0" in card
     fp32, fp16 = Encoder(final), Encoder(packaged)
     assert fp16.pooling == "mean"
     assert float((fp32.encode(["lactic acidosis"]) * fp16.encode(["lactic acidosis"])).sum()) > 0.99

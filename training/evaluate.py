@@ -64,13 +64,15 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
     """Load the split's mentions, turn them into queries, and build the dictionary (the
     base vocabulary plus training mentions — train for dev, train and dev for test — with the
     names training mentions give a concept left to it, unless `training_precedence` is False:
-    add_training_names)."""
+    add_training_names). split "train" gives the train mentions as queries against the dev
+    split's dictionary: what training against frozen keys (training.keys) learns from."""
     normalise = TextNormaliser()
     if dataset == "ncbi-disease" and protocol == "standard":
         normalise = TextNormaliser.from_typo_file(data_dir / "medic" / "ncbi-spell-check.txt")
     if dataset == "cadec":
         folder = ds.cadec_fold(data_dir, fold)
-        mentions, training, n_unlinkable = ds.read_cadec_pairs(folder / "test.txt"), ds.read_cadec_pairs(folder / "train.txt"), 0
+        training = ds.read_cadec_pairs(folder / "train.txt")
+        mentions, n_unlinkable = training if split == "train" else ds.read_cadec_pairs(folder / "test.txt"), 0
         abbreviations: Dict[str, Dict[str, str]] = {}
     else:
         corpus = ds.load_pubtator_split(dataset, split, data_dir)
@@ -88,7 +90,7 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
 
 
 def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None,
-                precision: str = "fp32", index_type: str = "flat") -> LinkingSystem:
+                precision: str = "fp32", index_type: str = "flat", sparse_weight: Optional[float] = None) -> LinkingSystem:
     if system == "exact":
         return ExactMatch(dictionary)
     if system == "tfidf":
@@ -96,7 +98,8 @@ def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = N
     if system == "scispacy":
         return ScispacyLinker(dictionary)
     if system == "model":
-        return EncoderSystem(dictionary, model or "default", precision=precision, index_type=index_type)
+        return EncoderSystem(dictionary, model or "default", precision=precision, index_type=index_type,
+                             sparse_weight=sparse_weight)
     raise ValueError(f"Unknown system {system!r}; use one of exact, tfidf, scispacy, model.")
 
 
@@ -143,7 +146,7 @@ def evaluate_relatedness(dataset: str, data_dir: Path, system: str, model: Optio
 
 def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         model: Optional[str] = None, fold: int = 0, precision: str = "fp32", index_type: str = "flat",
-        training_precedence: bool = True) -> dict:
+        training_precedence: bool = True, sparse_weight: Optional[float] = None) -> dict:
     """One evaluation; the metrics as a dict."""
     header = {"dataset": dataset, "split": split if dataset != "cadec" else f"fold{fold}-test",
               "system": system, "protocol": protocol, "model": model if system == "model" else None}
@@ -153,8 +156,11 @@ def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         return {**header, "protocol": "cosine", **evaluate_relatedness(dataset, data_dir, system, model)}
     if not training_precedence:
         header["training_precedence"] = False
+    if sparse_weight is not None:
+        header["sparse_weight"] = sparse_weight
     task = prepare(dataset, split, protocol, data_dir, fold, training_precedence)
-    return {**header, **evaluate_linking(task, make_system(system, task.dictionary, model, precision, index_type))}
+    system_ = make_system(system, task.dictionary, model, precision, index_type, sparse_weight)
+    return {**header, **evaluate_linking(task, system_)}
 
 
 class Dataset(str, Enum):
@@ -197,12 +203,16 @@ def evaluate_command(
         True, "--training-precedence/--no-training-precedence",
         help="Leave a name the training mentions give a concept to it (ties then follow the corpus, not row order).",
     ),
+    sparse_weight: Optional[float] = typer.Option(
+        None, "--sparse-weight", help="Hybrid score: dense + this × char 3-gram tf-idf (system model); "
+        "default: the weight the model was trained with, else 0 (dense only).",
+    ),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the metrics JSON here."),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     try:
         metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold,
-                      precision, index_type, training_precedence)
+                      precision, index_type, training_precedence, sparse_weight)
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)

@@ -1,7 +1,12 @@
 """One training loop for self-alignment pretraining and fine-tuning.
 
-Pairs of synonyms (`cui||name1||name2`) are read in seeded, epoch-wise shuffled batches; both
-names are embedded, labelled with their concept, and fed to the objective. The loop runs on one
+Two kinds of data feed it, each with its objective. Pairs of synonyms (`cui||name1||name2`,
+PairBatches) are read in seeded, epoch-wise shuffled batches; both names are embedded,
+labelled with their concept, and fed to an in-batch metric loss (SapBERT's, for large batches
+on a GPU). Queries against frozen keys (QueryBatches over training.keys key sets) are embedded
+and scored against a whole dictionary (BioSyn's synonym-marginal likelihood: the CPU recipe);
+the model then answers to the keys' model fingerprint, so the index built by that model serves
+it. The loop runs on one
 CPU, one GPU, or several processes under `torchrun` (DDP; NCCL on GPUs, gloo on CPUs). It
 checkpoints model, optimizer, scheduler, scaler, every RNG and the step every `save_every`
 steps; the data position follows from the step, so `resume` continues exactly where a killed
@@ -26,12 +31,14 @@ import torch
 import torch.distributed as dist
 from confection import Config
 from tqdm.auto import tqdm
-from transformers import AutoModel, AutoTokenizer
 
-from spacy_sapbert.encoder import POOLINGS, POOLING_FILE, detect_pooling, pool, resolve_device
-from spacy_sapbert.encoder_base import file_sha256
+from spacy_sapbert.encoder import (
+    POOLINGS, POOLING_FILE, TEACHER_FILE, detect_pooling, load_transformer, pool, resolve_device,
+)
+from spacy_sapbert.encoder_base import SPARSE_FILE, file_sha256
 
-from .objective import ObjectiveConfig, SelfAlignmentObjective
+from .keys import KeySet, read_keyset
+from .objective import KeyTargets, ObjectiveConfig, SelfAlignmentObjective, SynonymMarginalLoss
 from .pairs import read_pairs
 
 logger = logging.getLogger(__name__)
@@ -57,11 +64,17 @@ class ModelConfig:
     pooling: "cls" ([CLS] token, SapBERT's), "mean", or "auto": what the model directory
         records (sentence-transformers models such as all-MiniLM-L6-v2 record mean), else cls.
     max_length: tokens per name; longer names are truncated.
+    layers: keep only these transformer layers (indices; empty keeps all): a smaller student
+        started from a trained model's layers.
+    freeze: parameters whose names start with one of these stay as loaded
+        ("embeddings.word_embeddings": the shipped model then stores only what changed).
     """
 
     name_or_path: str = ""
     pooling: str = "auto"
     max_length: int = 25
+    layers: List[int] = field(default_factory=list)
+    freeze: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -173,14 +186,15 @@ class PairEncoder(torch.nn.Module):
     links as it trained.
     """
 
-    def __init__(self, model: torch.nn.Module, pooling: str):
+    def __init__(self, model: torch.nn.Module, pooling: str, freeze: Sequence[str] = ()):
         super().__init__()
         self.model = model
         self.pooling = pooling
         # The model's own pooler (BERT's tanh head) never sees a gradient: freezing it keeps
         # AdamW from decaying it for nothing and DDP from waiting for gradients that never come.
+        frozen = ("pooler.", *freeze)
         for name, param in model.named_parameters():
-            if name.startswith("pooler."):
+            if name.startswith(frozen):
                 param.requires_grad_(False)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra) -> torch.Tensor:
@@ -227,6 +241,72 @@ class PairBatches:
         names = [self.names1[i] for i in rows] + [self.names2[i] for i in rows]
         labels = self.labels[rows]
         return names, torch.cat([labels, labels])
+
+    def record(self) -> dict:
+        return {"n_pairs": len(self.names1), "n_concepts": self.n_concepts}
+
+
+class QueryBatches:
+    """Seeded, epoch-wise shuffled micro-batches of queries against frozen key sets,
+    addressable by index.
+
+    Each micro-batch holds queries of one key set (the loss scores them against its keys);
+    an epoch takes every key set's queries once, in batches interleaved in a seeded order, so
+    the mix follows the key sets' sizes. Micro-batch m is a pure function of (seed, m), and
+    process `rank` takes every world_size-th query of each global batch, as PairBatches does.
+    With `sparse`, each batch also carries its queries' char 3-gram tf-idf cosines to every key
+    (BioSyn's sparse score). `repeats` visits a key set's queries that many times an epoch
+    (default once), to weigh a small task up.
+    """
+
+    def __init__(self, keysets: Sequence[KeySet], batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
+                 sparse: bool = False, repeats: Optional[Sequence[int]] = None):
+        from spacy_sapbert.sparse import SparseConceptIndex
+
+        self.keysets = list(keysets)
+        self.repeats = list(repeats or [1] * len(self.keysets))
+        self.targets = [keys.targets() for keys in self.keysets]
+        self.sparse = [SparseConceptIndex.from_rows(k.names, k.row_concept, k.concepts) for k in self.keysets] if sparse else None
+        self.global_batch = batch_size * world_size
+        self.counts = [len(keys.queries) // self.global_batch for keys in self.keysets]
+        self.counts = [count * repeat for count, repeat in zip(self.counts, self.repeats)]
+        if not sum(self.counts):
+            raise TrainingConfigError(
+                f"The key sets hold fewer queries than one batch of {self.global_batch}; give more queries "
+                "or a smaller [training] batch_size."
+            )
+        self.per_epoch = sum(self.counts)
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self._epoch, self._plan = -1, []
+
+    def _epoch_plan(self, epoch: int) -> List[Tuple[int, torch.Tensor]]:
+        if epoch != self._epoch:
+            generator = torch.Generator().manual_seed(self.seed * 100003 + epoch)
+            plan = []
+            for which, (keys, repeat) in enumerate(zip(self.keysets, self.repeats)):
+                for _ in range(repeat):
+                    order = torch.randperm(len(keys.queries), generator=generator)
+                    plan.extend((which, order[b * self.global_batch : (b + 1) * self.global_batch])
+                                for b in range(len(keys.queries) // self.global_batch))
+            self._plan = [plan[i] for i in torch.randperm(len(plan), generator=generator).tolist()]
+            self._epoch = epoch
+        return self._plan
+
+    def __getitem__(self, index: int) -> Tuple[List[str], KeyTargets]:
+        """Query texts and their targets for micro-batch `index`."""
+        epoch, position = divmod(index, self.per_epoch)
+        which, rows = self._epoch_plan(epoch)[position]
+        rows = rows[self.rank :: self.world_size].tolist()
+        queries, (positives, own) = self.keysets[which].queries, self.targets[which]
+        texts = [queries[r][0] for r in rows]
+        sparse = None if self.sparse is None else torch.from_numpy(self.sparse[which].score_rows(texts))
+        return texts, KeyTargets(
+            which, [torch.from_numpy(positives[r]) for r in rows], [torch.from_numpy(own[r]) for r in rows], sparse)
+
+    def record(self) -> dict:
+        return {"key_sets": [{k: keys.meta.get(k) for k in ("source", "n_names", "n_concepts", "n_queries")}
+                             for keys in self.keysets],
+                "n_queries": sum(len(keys.queries) for keys in self.keysets)}
 
 
 @dataclass
@@ -287,15 +367,32 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def save_model(encoder: PairEncoder, tokenizer, path: PathLike, max_shard_size: str = "15MB") -> Path:
+def save_model(encoder: PairEncoder, tokenizer, path: PathLike, max_shard_size: str = "15MB",
+               records: Optional[Dict[str, dict]] = None) -> Path:
     """Write weights (safetensors, sharded so no file passes GitHub-friendly sizes), tokenizer
-    and pooling, so that spacy_sapbert.encoder.Encoder loads the directory as trained."""
+    and pooling, so that spacy_sapbert.encoder.Encoder loads the directory as trained, and
+    `records` as JSON files beside them: TEACHER_FILE ({"teacher": model, "fingerprint": …},
+    the model whose vector space it embeds into, whose fingerprint it then answers to) and
+    SPARSE_FILE (its hybrid score's sparse weight)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     encoder.model.save_pretrained(path, max_shard_size=max_shard_size)
     tokenizer.save_pretrained(path)
     (path / POOLING_FILE).write_text(json.dumps({"pooling": encoder.pooling}) + "\n")
+    for name, record in (records or {}).items():
+        (path / name).write_text(json.dumps(record, indent=2) + "\n")
     return path
+
+
+def keep_layers(model: torch.nn.Module, layers: Sequence[int]) -> torch.nn.Module:
+    """`model` (a BERT-like encoder) with only the transformer `layers` it names, in order."""
+    n = len(model.encoder.layer)
+    wrong = [i for i in layers if not 0 <= i < n]
+    if wrong:
+        raise TrainingConfigError(f"[model] layers {wrong} do not exist: the model has layers 0 to {n - 1}.")
+    model.encoder.layer = torch.nn.ModuleList(model.encoder.layer[i] for i in layers)
+    model.config.num_hidden_layers = len(layers)
+    return model
 
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -312,22 +409,33 @@ def latest_checkpoint(output: PathLike) -> Optional[Path]:
 
 
 class Trainer:
-    """Trains a PairEncoder on synonym pairs with a SelfAlignmentObjective.
+    """Trains a PairEncoder: on synonym pairs with a SelfAlignmentObjective, or on queries
+    against frozen key sets with the SynonymMarginalLoss ([objective] loss "synonym_marginal").
 
-    config: the recipe. pairs_path: a `cui||name1||name2` file (gzip if it ends in .gz).
+    config: the recipe. pairs_path: a `cui||name1||name2` file (gzip if it ends in .gz), for
+        pair losses. keys: key-set folders (training.keys), for "synonym_marginal".
     output: the run directory; it gets checkpoints/, metrics.jsonl, training.json and model/.
     step_callback: called as callback(step, loss) after every optimizer step (tests use it).
     """
 
-    def __init__(self, config: TrainConfig, pairs_path: PathLike, output: PathLike,
-                 step_callback: Optional[Callable[[int, float], None]] = None):
+    def __init__(self, config: TrainConfig, pairs_path: Optional[PathLike], output: PathLike,
+                 step_callback: Optional[Callable[[int, float], None]] = None, keys: Sequence[PathLike] = ()):
         self.config = config
-        self.pairs_path = Path(pairs_path)
+        self.pairs_path = Path(pairs_path) if pairs_path else None
+        self.keys = [key_source(k) for k in keys]
         self.output = Path(output)
         self.step_callback = step_callback
         self.dist = Distributed.from_env()
+        self.teacher: Optional[dict] = None
         if not config.model.name_or_path:
             raise TrainingConfigError("[model] name_or_path is empty; give the base model with --model.")
+        uses_keys = config.objective.loss == "synonym_marginal"
+        if uses_keys and not self.keys:
+            raise TrainingConfigError("[objective] loss 'synonym_marginal' trains against frozen keys; give key sets "
+                                      "with --keys (python -m training.keys writes them).")
+        if not uses_keys and self.pairs_path is None:
+            raise TrainingConfigError(f"[objective] loss {config.objective.loss!r} trains on synonym pairs; give them "
+                                      "with --pairs (python -m training.pairs writes them).")
 
     # -- setup ---------------------------------------------------------------------------
     def _device(self) -> torch.device:
@@ -343,10 +451,8 @@ class Trainer:
 
     def _load_model(self, source: PathLike):
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(source))
-            # float32 master weights even from an fp16 package: AdamW steps on fp16 weights
-            # round away (transformers 5 otherwise keeps the checkpoint's dtype).
-            model = AutoModel.from_pretrained(str(source), dtype=torch.float32)
+            # float32 master weights even from an fp16 package: AdamW steps on fp16 weights round away.
+            tokenizer, model = load_transformer(source)
         except OSError as err:
             raise TrainingConfigError(
                 f"Could not load the model {str(source)!r} ({str(err).splitlines()[0]}); give a local model directory."
@@ -364,17 +470,18 @@ class Trainer:
         if resume and checkpoint is None:
             logger.warning("--resume found no checkpoint under %s; starting from the beginning.", self.output)
         seed_everything(run.seed + self.dist.rank)
-        tokenizer, model = self._load_model(checkpoint / "model" if checkpoint else cfg.model.name_or_path)
+        source = checkpoint / "model" if checkpoint else cfg.model.name_or_path
+        tokenizer, model = self._load_model(source)
+        if cfg.model.layers and checkpoint is None:
+            model = keep_layers(model, cfg.model.layers)
         model.train()
         pooling = cfg.model.pooling
         if pooling == "auto":
             pooling = detect_pooling(Path(cfg.model.name_or_path).expanduser())
-        encoder = PairEncoder(model, pooling).to(device)
-        objective = SelfAlignmentObjective(cfg.objective)
-        pairs = read_pairs(self.pairs_path)
-        if not pairs:
-            raise TrainingConfigError(f"{self.pairs_path} holds no pairs; build them with `python -m training.pairs`.")
-        batches = PairBatches(pairs, run.batch_size, run.seed, self.dist.rank, self.dist.world_size)
+        encoder = PairEncoder(model, pooling, cfg.model.freeze).to(device)
+        batches, objective = self._data(source)
+        objective.to(device)
+        refresh = cfg.objective.refresh_keys_every if isinstance(batches, QueryBatches) else 0
         max_steps = run.max_steps or max(1, run.epochs * batches.per_epoch // run.grad_accum)
 
         no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
@@ -383,6 +490,9 @@ class Trainer:
             {"params": [p for n, p in trainable if not n.endswith(no_decay)], "weight_decay": run.weight_decay},
             {"params": [p for n, p in trainable if n.endswith(no_decay)], "weight_decay": 0.0},
         ]
+        learned = [p for p in objective.parameters() if p.requires_grad]  # the hybrid's sparse weight
+        if learned:
+            groups.append({"params": learned, "weight_decay": 0.0, "lr": cfg.objective.sparse_weight_lr})
         optimizer = torch.optim.AdamW(groups, lr=run.lr)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(run.warmup_steps, run.schedule, max_steps))
         amp_dtype, needs_scaler = _amp_settings(run.amp, device)
@@ -397,6 +507,7 @@ class Trainer:
                     "resume with the same number of processes."
                 )
             optimizer.load_state_dict(state["optimizer"])
+            objective.load_state_dict(state.get("objective", {}), strict=False)
             scheduler.load_state_dict(state["scheduler"])
             scaler.load_state_dict(state["scaler"])
             _set_rng_state(state["rng"][self.dist.rank])
@@ -416,6 +527,8 @@ class Trainer:
             ids = [device.index] if device.type == "cuda" else None
             model_to_run = torch.nn.parallel.DistributedDataParallel(model_to_run, device_ids=ids)
 
+        self.objective = objective
+
         def micro_step(index: int, sync: bool) -> Tuple[float, int]:
             names, labels = batches[index]
             tokens = tokenizer(names, padding=True, truncation=True, max_length=cfg.model.max_length,
@@ -425,10 +538,12 @@ class Trainer:
             with sync_context:
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                     embeddings = model_to_run(tokens["input_ids"], tokens["attention_mask"])
-                loss, n_triplets = objective(embeddings, labels)
+                loss, n_found = objective(embeddings, labels)
                 scaler.scale(loss / run.grad_accum).backward()
-            return float(loss.detach()), n_triplets
+            return float(loss.detach()), n_found
 
+        if refresh:  # keys as the model of this step embeds them; exact on resume when save_every is a multiple
+            self._refresh_keys(encoder, tokenizer, batches, objective, device)
         start = time.perf_counter()
         start_step = step
         self.stopped_early = False
@@ -444,6 +559,8 @@ class Trainer:
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
+            if refresh and step % refresh == 0 and step < max_steps:
+                self._refresh_keys(encoder, tokenizer, batches, objective, device)
             mean_loss = sum(losses) / len(losses)
             progress.update(1)
             progress.set_postfix(loss=f"{mean_loss:.4f}")
@@ -451,7 +568,7 @@ class Trainer:
             out_of_time = step < max_steps and self._out_of_time(elapsed, device)
             if self.dist.is_main and (step % run.log_every == 0 or step == max_steps or out_of_time):
                 self._log({
-                    "step": step, "loss": round(mean_loss, 6), "triplets": triplets,
+                    "step": step, "loss": round(mean_loss, 6), objective.metric_name: triplets,
                     "lr": scheduler.get_last_lr()[0],
                     "steps_per_s": round((step - start_step) / elapsed, 4) if elapsed else None,
                     "elapsed_s": round(self.elapsed_before + elapsed, 2),
@@ -473,6 +590,64 @@ class Trainer:
         if self.dist.world_size > 1:
             dist.barrier()
         return final
+
+    def _data(self, source: PathLike):
+        """The batches and the objective: pairs with a pair loss, or key sets with the synonym-
+        marginal loss, whose model the trained one answers to (self.teacher)."""
+        cfg, run = self.config, self.config.training
+        if self.pairs_path is not None and cfg.objective.loss != "synonym_marginal":
+            pairs = read_pairs(self.pairs_path)
+            if not pairs:
+                raise TrainingConfigError(f"{self.pairs_path} holds no pairs; build them with `python -m training.pairs`.")
+            batches = PairBatches(pairs, run.batch_size, run.seed, self.dist.rank, self.dist.world_size)
+            return batches, SelfAlignmentObjective(cfg.objective)
+        keysets = [read_keyset(folder) for folder, _ in self.keys]
+        if not cfg.objective.refresh_keys_every:  # symmetric training embeds its own keys: it answers to itself
+            self.teacher = self._keys_model(keysets, source)
+        objective = cfg.objective
+        hybrid = objective.sparse_weight > 0
+        batches = QueryBatches(keysets, run.batch_size, run.seed, self.dist.rank, self.dist.world_size, sparse=hybrid,
+                               repeats=[repeat for _, repeat in self.keys])
+        keys = [torch.from_numpy(k.vectors) for k in keysets]
+        return batches, SynonymMarginalLoss(keys, objective.tau, objective.top_k, objective.own_rows,
+                                            objective.identity_weight, objective.sparse_weight,
+                                            objective.learn_sparse_weight and hybrid)
+
+    def _keys_model(self, keysets: Sequence[KeySet], source: PathLike) -> dict:
+        """The model that embedded the frozen keys, which the trained model will answer to; the
+        model training starts from must already answer to it (start in the keys' space)."""
+        from spacy_sapbert.encoder import Encoder
+
+        spaces = {(keys.meta["model"], keys.fingerprint) for keys in keysets}
+        if len(spaces) > 1:
+            raise TrainingConfigError(f"The key sets were embedded by different models ({sorted(spaces)}); "
+                                      "write them all with one --model.")
+        (model, fingerprint), = spaces
+        own = Encoder(source, max_length=self.config.model.max_length).fingerprint
+        if own != fingerprint:
+            raise TrainingConfigError(
+                f"The key sets were embedded by {model!r} (fingerprint {fingerprint}), but {source} answers to "
+                f"{own}: the query encoder must start in the keys' vector space. Start from that model, or "
+                "write the key sets with this one (python -m training.keys --model)."
+            )
+        return {"teacher": model, "fingerprint": fingerprint}
+
+    @torch.no_grad()
+    def _refresh_keys(self, encoder: PairEncoder, tokenizer, batches: "QueryBatches", objective, device) -> None:
+        """Re-embed every key set's names with the model as it is now (symmetric training)."""
+        from spacy_sapbert.encoder_base import length_sorted_batches
+
+        was_training = encoder.training
+        encoder.eval()
+        for which, keys in enumerate(batches.keysets):
+            vectors = torch.zeros(len(keys.names), keys.vectors.shape[1], device=device)
+            for rows, texts in length_sorted_batches(keys.names, 256):
+                tokens = tokenizer(texts, padding=True, truncation=True, max_length=self.config.model.max_length,
+                                   return_tensors="pt").to(device)
+                vectors[torch.as_tensor(rows, device=device)] = torch.nn.functional.normalize(
+                    encoder(tokens["input_ids"], tokens["attention_mask"]).float(), dim=-1)
+            objective.keysets[which] = vectors
+        encoder.train(was_training)
 
     def _out_of_time(self, elapsed: float, device: torch.device) -> bool:
         """Whether max_minutes is spent; under DDP every process takes rank 0's answer."""
@@ -508,9 +683,10 @@ class Trainer:
             staging = folder / f".step-{step:08d}.tmp"
             if staging.exists():
                 shutil.rmtree(staging)
-            save_model(encoder, tokenizer, staging / "model")
+            save_model(encoder, tokenizer, staging / "model", records=self._records())
             torch.save({
                 "step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "objective": self.objective.state_dict(),
                 "scaler": scaler.state_dict(), "rng": rng, "world_size": self.dist.world_size,
                 "elapsed": elapsed, "config": self.config.to_dict(),
             }, staging / STATE_FILE)
@@ -524,25 +700,51 @@ class Trainer:
         if self.dist.world_size > 1:
             dist.barrier()
 
+    def _records(self) -> Dict[str, dict]:
+        """What a saved model records beside its weights: the keys' model it answers to, and the
+        hybrid's learned sparse weight."""
+        records = {TEACHER_FILE: self.teacher} if self.teacher else {}
+        weight = getattr(self.objective, "sparse_weight", None)
+        if weight is not None and self.config.objective.sparse_weight > 0:
+            records[SPARSE_FILE] = {"sparse_weight": round(float(weight.detach()), 6), "analyzer": "char_wb", "ngram_range": [3, 3]}
+        return records
+
     def _write_final(self, encoder, tokenizer, final: Path, step: int, wall: float,
-                     batches: PairBatches, device: torch.device) -> None:
-        save_model(encoder, tokenizer, final)
+                     batches, device: torch.device) -> None:
+        save_model(encoder, tokenizer, final, records=self._records())
         hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+        data = ({"pairs": str(self.pairs_path), "pairs_sha256": file_sha256(self.pairs_path)}
+                if isinstance(batches, PairBatches) else
+                {"keys": [f"{k}*{r}" if r > 1 else str(k) for k, r in self.keys], "teacher": self.teacher})
         record = {
             "base_model": self.config.model.name_or_path,
-            "pairs": str(self.pairs_path),
-            "pairs_sha256": file_sha256(self.pairs_path),
-            "n_pairs": len(batches.names1),
-            "n_concepts": batches.n_concepts,
+            **data,
+            **batches.record(),
             "steps": step,
-            "names_per_step": 2 * self.config.training.batch_size * self.config.training.grad_accum * self.dist.world_size,
+            "names_per_step": (2 if isinstance(batches, PairBatches) else 1)
+            * self.config.training.batch_size * self.config.training.grad_accum * self.dist.world_size,
             "wall_seconds": round(wall, 1),
             "hardware": f"{self.dist.world_size} × {hardware} ({device.type})",
             "torch": torch.__version__,
             "config": self.config.to_dict(),
         }
+        earlier = Path(self.config.model.name_or_path) / RUN_FILE
+        if earlier.exists():  # the run that made the starting model (pretraining, for a fine-tuned one)
+            record["started_from"] = json.loads(earlier.read_text())
         (final / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
         logger.info("Saved the trained model to %s after %d steps (%.0f s).", final, step, wall)
+
+
+def key_source(source: Union[PathLike, Tuple[PathLike, int]]) -> Tuple[Path, int]:
+    """A key-set folder and how many times an epoch visits its queries: "corpus/keys/cadec*3"
+    (or a (folder, repeats) pair); a bare folder is visited once."""
+    if isinstance(source, tuple):
+        return Path(source[0]), int(source[1])
+    text = str(source)
+    folder, star, times = text.rpartition("*")
+    if star and times.isdigit() and int(times) > 0:
+        return Path(folder), int(times)
+    return Path(text), 1
 
 
 def lr_factor(warmup_steps: int, schedule: str, max_steps: int) -> Callable[[int], float]:
@@ -583,20 +785,18 @@ def parse_overrides(args: Sequence[str]) -> Dict[str, object]:
     return result
 
 
-def train_from_cli(config_path: PathLike, pairs: PathLike, output: PathLike, model: str = "",
-                   resume: bool = False, overrides: Sequence[str] = ()) -> Path:
+def train_from_cli(config_path: PathLike, pairs: Optional[PathLike], output: PathLike, model: str = "",
+                   resume: bool = False, overrides: Sequence[str] = (), keys: Sequence[PathLike] = ()) -> Path:
     """What `python -m training.pretrain` and `training.finetune` do: read the config with
     spaCy-style dotted overrides (`--training.max_steps 2`), then train."""
     parsed = parse_overrides(overrides)
     if model:
-        if model == "default":
-            from spacy_sapbert.defaults import base_model_path
+        from spacy_sapbert.defaults import resolve_model
 
-            model = str(base_model_path())
-        parsed["model.name_or_path"] = model
+        parsed["model.name_or_path"] = resolve_model(model)
     config = TrainConfig.from_disk(config_path, overrides=parsed)
     try:
-        return Trainer(config, pairs, output).train(resume=resume)
+        return Trainer(config, pairs, output, keys=keys).train(resume=resume)
     finally:
         # Left to interpreter exit, gloo's threads can abort a finished rank ("terminate
         # called without an active exception"), failing a run that trained to the end.
@@ -613,15 +813,17 @@ def make_train_app(default_config: str, what: str):
     @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, help=what)
     def train_command(
         ctx: typer.Context,
-        pairs: Path = typer.Option(..., help="`cui||name1||name2` pairs file (gzip if .gz)"),
         output: Path = typer.Option(..., help="Run directory: checkpoints/, metrics.jsonl, model/"),
         config: Path = typer.Option(Path(default_config), help="Training config (.cfg)"),
-        model: str = typer.Option("", help="Base model directory or name ('default' = all-MiniLM-L6-v2); overrides [model] name_or_path"),
+        pairs: Optional[Path] = typer.Option(None, help="`cui||name1||name2` pairs file (gzip if .gz), for pair losses"),
+        keys: str = typer.Option("", help="Comma-separated key-set folders (python -m training.keys), for loss synonym_marginal"),
+        model: str = typer.Option("", help="Model directory or name to start from ('base' = all-MiniLM-L6-v2, 'default' = the bundled model); overrides [model] name_or_path"),
         resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output"),
     ) -> None:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         try:
-            final = train_from_cli(config, pairs, output, model, resume, ctx.args)
+            final = train_from_cli(config, pairs, output, model, resume, ctx.args,
+                                   keys=[k for k in keys.split(",") if k])
         except (TrainingConfigError, FileNotFoundError, ValueError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(1)

@@ -9,13 +9,12 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import torch
 import typer
-from transformers import AutoModel, AutoTokenizer
-
-from spacy_sapbert.encoder import POOLING_FILE
+from spacy_sapbert.defaults import resolve_model
+from spacy_sapbert.encoder import BASE_FILE, POOLING_FILE, TEACHER_FILE, load_transformer, tensors_sha256
 
 from .loop import RUN_FILE
 
@@ -31,38 +30,84 @@ LICENCES = """\
 """
 
 
-def model_card(record: dict, metrics_summary: Optional[str]) -> str:
-    """MODEL_CARD.md from a run's training record and an evaluation summary."""
+def _data_lines(record: dict) -> List[str]:
+    if "keys" not in record:
+        return [
+            "A biomedical name encoder trained with SapBERT's self-alignment objective "
+            "(Multi-Similarity loss over hard triplets mined online) for `sapbert_linker`.", "",
+            f"- Base model: `{record.get('base_model', '?')}`",
+            f"- Pairs: {record.get('n_pairs', '?')} synonym pairs of {record.get('n_concepts', '?')} concepts "
+            f"(`{Path(str(record.get('pairs', '?'))).name}`, sha256 {str(record.get('pairs_sha256', '?'))[:12]}…)",
+        ]
+    objective = record.get("config", {}).get("objective", {})
+    teacher = record.get("teacher") or {}
     lines = [
-        "# spacy-sapbert model", "",
-        "A biomedical name encoder trained with SapBERT's self-alignment objective "
-        "(Multi-Similarity loss over hard triplets mined online) for `sapbert_linker`.", "",
-        "## Training", "",
-        f"- Base model: `{record.get('base_model', '?')}`",
-        f"- Pairs: {record.get('n_pairs', '?')} synonym pairs of {record.get('n_concepts', '?')} concepts "
-        f"(`{Path(str(record.get('pairs', '?'))).name}`, sha256 {str(record.get('pairs_sha256', '?'))[:12]}…)",
-        f"- Steps: {record.get('steps', '?')} of {record.get('names_per_step', '?')} names",
+        "A biomedical mention encoder for `sapbert_linker`, trained on the query side only with BioSyn's "
+        "synonym-marginal likelihood over frozen keys (the dictionary names as "
+        f"`{teacher.get('teacher', '?')}` embeds them; τ = {objective.get('tau', '?')}, identity weight "
+        f"{objective.get('identity_weight', '?')}). It answers to that model's fingerprint "
+        f"({teacher.get('fingerprint', '?')}), so indexes built by it serve this model as they are.", "",
+        f"- Started from: `{record.get('base_model', '?')}`",
+    ]
+    for keys in record.get("key_sets", []):
+        lines.append(f"- Key set {keys.get('source', '?')}: {keys.get('n_queries', '?'):,} queries against "
+                     f"{keys.get('n_names', '?'):,} names of {keys.get('n_concepts', '?'):,} concepts")
+    return lines
+
+
+def _stage_lines(record: dict) -> List[str]:
+    return [
+        *_data_lines(record),
+        f"- Steps: {record.get('steps', '?')} of {record.get('names_per_step', '?')} texts",
         f"- Hardware: {record.get('hardware', '?')}; wall time {record.get('wall_seconds', '?')} s; torch {record.get('torch', '?')}",
         f"- Config: `{json.dumps(record.get('config', {}), sort_keys=True)}`",
-        "", "## Dev figures", "",
+    ]
+
+
+def model_card(record: dict, metrics_summary: Optional[str]) -> str:
+    """MODEL_CARD.md from a run's training record (and the records of the runs it started
+    from) and an evaluation summary."""
+    stages = [record]
+    while "started_from" in stages[-1]:
+        stages.append(stages[-1]["started_from"])
+    lines = ["# spacy-sapbert model", "", "## Training", ""]
+    for number, stage in enumerate(reversed(stages), start=1):
+        if len(stages) > 1:
+            lines += [f"### Stage {number} of {len(stages)}", ""]
+        lines += _stage_lines(stage) + [""]
+    lines += [
+        "## Dev figures", "",
         metrics_summary.strip() if metrics_summary else "Not evaluated yet: run `spacy project run evaluate-trained`.",
         "", "## Licences", "", LICENCES,
     ]
     return "\n".join(lines)
 
 
-def package_model(model: Path, output: Path, metrics: Optional[Path] = None) -> Path:
-    """Write `model` to `output` in fp16 with tokenizer, pooling, training record and card."""
+def package_model(model: Path, output: Path, metrics: Optional[Path] = None, base: str = "") -> Path:
+    """Write `model` to `output` in fp16 with tokenizer, pooling, training record and card.
+
+    base: a model ("base", a directory) whose weights the trained one kept unchanged (frozen
+    during training, such as the word embeddings): those tensors are left out and taken from
+    it when the model loads (BASE_FILE records which, with their sha256)."""
     if not (model / "config.json").exists():
         raise FileNotFoundError(f"{model} has no config.json; point --model at a trained model directory.")
     if output.exists():
         shutil.rmtree(output)
     output.mkdir(parents=True)
-    weights = AutoModel.from_pretrained(str(model), dtype=torch.float16)
-    weights.save_pretrained(output, max_shard_size="15MB")
-    AutoTokenizer.from_pretrained(str(model)).save_pretrained(output)
+    tokenizer, weights = load_transformer(model)
+    state = weights.state_dict()
+    if base:
+        _, base_weights = load_transformer(resolve_model(base))
+        same = {name: tensor for name, tensor in base_weights.state_dict().items()
+                if name in state and state[name].shape == tensor.shape and torch.equal(state[name], tensor)}
+        state = {name: tensor for name, tensor in state.items() if name not in same}
+        (output / BASE_FILE).write_text(json.dumps(
+            {"base": base, "from_base": sorted(same), "sha256": tensors_sha256(same)}, indent=2) + "\n")
+        logger.info("Left out %d tensors the base %s gives unchanged.", len(same), base)
+    weights.save_pretrained(output, state_dict={n: t.half() for n, t in state.items()}, max_shard_size="15MB")
+    tokenizer.save_pretrained(output)
     record = {}
-    for name in (POOLING_FILE, RUN_FILE):
+    for name in (POOLING_FILE, RUN_FILE, TEACHER_FILE):
         if (model / name).exists():
             shutil.copy(model / name, output / name)
     if (model / RUN_FILE).exists():
@@ -81,11 +126,12 @@ def main(
     model: Path = typer.Option(..., "--model", help="Trained model directory (runs/finetune/model)."),
     output: Path = typer.Option(..., "--output", help="Folder to write the packaged model to."),
     metrics: Optional[Path] = typer.Option(None, "--metrics", help="Folder with the model's evaluation summary.md."),
+    base: str = typer.Option("", "--base", help="Leave out the tensors this model (base, or a directory) gives unchanged."),
 ) -> None:
     """Write a trained model in fp16 with a model card."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        path = package_model(model, output, metrics)
+        path = package_model(model, output, metrics, base)
     except FileNotFoundError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1)

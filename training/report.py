@@ -76,6 +76,7 @@ def main(
     datasets: str = typer.Option(",".join(LINKING_DATASETS + RELATEDNESS_DATASETS), "--datasets"),
     systems: str = typer.Option("exact,tfidf,model", "--systems", help="Comma-separated; add scispacy (slow index builds)."),
     protocols: str = typer.Option("standard,lenient", "--protocols"),
+    precision: str = typer.Option("fp32", "--precision", help="Mention encoding of the `model` system: fp32, or int8 as the pipe links."),
     force: bool = typer.Option(False, "--force", help="Re-run evaluations whose JSON exists."),
 ):
     """Run the evaluation grid; skip what `output` already holds unless --force."""
@@ -94,7 +95,8 @@ def main(
         target = output / f"{dataset}.{split_name}.{protocol}.{system}.json"
         if target.exists() and not force:
             continue
-        metrics = run(dataset, split, system, protocol if protocol != "cosine" else "standard", data_dir, model)
+        metrics = run(dataset, split, system, protocol if protocol != "cosine" else "standard", data_dir, model,
+                      precision=precision if system == "model" and protocol != "cosine" else "fp32")
         target.write_text(json.dumps(metrics, indent=2) + "\n")
         tqdm.write(f"{_name(metrics)}: " + (
             f"Acc@1 {100 * metrics['acc@1']:.1f}" if "acc@1" in metrics else f"rho {metrics['spearman']:.3f}"))

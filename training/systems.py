@@ -99,14 +99,19 @@ class EmbeddingCache:
 
 class EncoderSystem(LinkingSystem):
     """Any Hugging Face encoder: names embedded exactly (fp32), mentions at `precision` (fp32,
-    or int8 through ONNX Runtime, as the pipe links by default), FAISS search of `index_type`."""
+    or int8 through ONNX Runtime, as the pipe links by default), FAISS search of `index_type`.
+
+    sparse_weight: BioSyn's hybrid score, cosine + sparse_weight × char 3-gram tf-idf cosine,
+    of each mention's best dense rows, as the pipe scores them (sparse.HybridRescorer); None takes
+    the weight the model was trained with (SPARSE_FILE), else 0 (dense only)."""
 
     name = "model"
 
     def __init__(self, kb: KnowledgeBase, model: str, pooling: str = "auto", batch_size: int = 256,
-                 device: str = "cpu", precision: str = "fp32", index_type: str = "flat"):
+                 device: str = "cpu", precision: str = "fp32", index_type: str = "flat",
+                 sparse_weight: Optional[float] = None):
         from spacy_sapbert.defaults import resolve_model
-        from spacy_sapbert.encoder_base import exact_encoder, load_encoder
+        from spacy_sapbert.encoder_base import exact_encoder, load_encoder, recorded_sparse_weight
         from spacy_sapbert.index import ConceptIndex, make_faiss_index
 
         # Names are embedded by the exact model of the vector space (a distilled student's
@@ -121,15 +126,29 @@ class EncoderSystem(LinkingSystem):
         rows = np.array([position[c] for c in cuis], dtype=np.int32)
         index = make_faiss_index(self.cache.encode(names), index_type)
         self.index = ConceptIndex(kb, index, rows, {"model_fingerprint": self.encoder.fingerprint})
+        self.sparse_weight = recorded_sparse_weight(model_path) if sparse_weight is None else sparse_weight
+        self.hybrid = None
+        if self.sparse_weight:
+            from spacy_sapbert.sparse import HybridRescorer
+
+            self.hybrid = HybridRescorer(names, self.sparse_weight)
         self.build_seconds = time.perf_counter() - start
 
     def rank(self, texts, k=10):
-        vectors = self.query_encoder.encode(list(texts))
-        return [[c for c, _ in row] for row in self.index.search(vectors, k=k)]
+        from spacy_sapbert.sparse import HYBRID_ROWS
+
+        texts = list(texts)
+        vectors = self.query_encoder.encode(texts)
+        if self.hybrid is None:
+            found = self.index.search(vectors, k=k)
+        else:
+            found = self.index.search(vectors, k=k, rescore=self.hybrid.for_texts(texts), min_rows=HYBRID_ROWS)
+        return [[c for c, _ in row] for row in found]
 
     def similarity(self, first: Sequence[str], second: Sequence[str]) -> np.ndarray:
-        """Cosine similarity of each pair of texts."""
-        a, b = self.encoder.encode(list(first)), self.encoder.encode(list(second))
+        """Cosine similarity of each pair of texts, both embedded by the model itself (a query
+        encoder trained against frozen keys, too: its own space is what relatedness tests)."""
+        a, b = self.query_encoder.encode(list(first)), self.query_encoder.encode(list(second))
         return (a * b).sum(1)
 
 

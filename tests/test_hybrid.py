@@ -1,0 +1,80 @@
+"""BioSyn's hybrid score: dense cosine + w × char 3-gram tf-idf cosine, the same in the pipe and
+the harness, and named rows under name precedence."""
+import json
+
+import numpy as np
+import pytest
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+from spacy_sapbert.encoder_base import SPARSE_FILE, recorded_sparse_weight
+from spacy_sapbert.index import ConceptIndex
+from spacy_sapbert.kb import Concept, KnowledgeBase
+from spacy_sapbert.sparse import HybridRescorer
+
+
+def test_rescored_hits_add_the_weighted_tfidf_cosine(tiny_kb):
+    names, _ = tiny_kb.name_rows()
+    rescorer = HybridRescorer(names, weight=0.7)
+    rows = np.array([3, 0, -1, 7])
+    cosines = np.array([0.9, 0.5, -3e38, 0.2], dtype=np.float32)
+    scores = rescorer.for_texts(["diabetes mellitus type 2", "lactic acidosis"])(1, rows, cosines)
+    vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3), lowercase=True).fit(names)
+    query = vectorizer.transform(["lactic acidosis"])
+    expected = [(cosines[i] + 0.7 * float((vectorizer.transform([names[r]]) @ query.T).toarray()[0, 0])) / 1.7
+                for i, r in enumerate(rows) if r >= 0]
+    assert np.allclose(scores[[0, 1, 3]], expected, atol=1e-5)
+    assert scores[2] == -np.inf  # no hit stays last
+
+
+def test_a_typo_finds_its_concept_through_the_sparse_term(tiny_index_dir, tiny_encoder):
+    index = ConceptIndex.load(tiny_index_dir, encoder=tiny_encoder)
+    query = "lactik acidossis"
+    vectors = tiny_encoder.encode([query])
+    hybrid = HybridRescorer(index.row_names(), weight=5.0)
+    found = index.search(vectors, k=3, rescore=hybrid.for_texts([query]), min_rows=64)[0]
+    assert found[0][0] == "D000140"
+    assert found[0][1] != pytest.approx(float(vectors[0] @ tiny_encoder.encode(["lactic acidosis"])[0]))
+
+
+def test_row_names_follow_name_precedence(tiny_encoder):
+    kb = KnowledgeBase([
+        Concept("D004893", "Erythema Nodosum", ["nodular erythema"], types=["C17.800"]),
+        Concept("MONDO:0850231", "erythema nodosum", ["EN skin disease"], types=["MONDO"]),
+    ], name="shared")
+    index = ConceptIndex.build(kb, tiny_encoder)
+    index.meta["label_types"] = {"Disease": ["C", "MONDO"]}
+    converted = index.converted("sq8", prefer=["D[0-9]+"])
+    assert converted.row_names() == ["Erythema Nodosum", "nodular erythema", "EN skin disease"]
+    assert index.row_names() == ["Erythema Nodosum", "nodular erythema", "erythema nodosum", "EN skin disease"]
+
+
+def test_the_pipe_takes_the_weight_the_model_records(tiny_model, tiny_index_dir, tmp_path):
+    import shutil
+
+    from conftest import DEMO_PATTERNS, ruler_nlp
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    assert recorded_sparse_weight(model) == 0.0
+    (model / SPARSE_FILE).write_text(json.dumps({"sparse_weight": 0.4}))
+    assert recorded_sparse_weight(model) == 0.4
+
+    def linker(**config):
+        nlp = ruler_nlp(DEMO_PATTERNS)
+        pipe = nlp.add_pipe("sapbert_linker", config={
+            "model": str(model), "index": str(tiny_index_dir), "precision": "fp32", "threshold": -1.0, **config})
+        pipe.initialize()
+        return nlp, pipe
+
+    nlp, pipe = linker()
+    assert pipe.hybrid is not None and pipe.hybrid.weight == pytest.approx(0.4)
+    text = "lactic acidosis after cisplatin"
+    hybrid = [(ent._.cui, ent._.cui_score) for ent in nlp(text).ents]
+    dense_nlp, dense = linker(sparse_weight=0.0)
+    assert dense.hybrid is None
+    plain = [(ent._.cui, ent._.cui_score) for ent in dense_nlp(text).ents]
+    # Exact names score 1 either way (the hybrid is divided by 1 + w); the scores of the rest move.
+    assert [c for c, _ in hybrid] == [c for c, _ in plain] == ["D000140", "D002945"]
+    assert all(s == pytest.approx(1.0, abs=1e-5) for _, s in hybrid)
+    others = [ent._.kb_ents[1][1] for ent in nlp(text).ents], [ent._.kb_ents[1][1] for ent in dense_nlp(text).ents]
+    assert others[0] != pytest.approx(others[1])

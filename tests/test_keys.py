@@ -1,0 +1,272 @@
+"""Training against frozen keys: the synonym-marginal loss against a brute-force re-computation,
+key sets on disk, their batches, and a run whose model answers to the keys' model."""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from training.keys import KeySetError, kb_keyset, read_keyset, write_keyset
+from training.loop import QueryBatches, TrainConfig, Trainer, TrainingConfigError
+from training.objective import KeyTargets, ObjectiveError, SynonymMarginalLoss
+
+
+def unit(rows):
+    return torch.nn.functional.normalize(torch.as_tensor(rows, dtype=torch.float32), dim=-1)
+
+
+def brute_force_marginal(queries, keys, positives, own, tau, own_rows="exclude", top_k=0):
+    """−log of the softmax mass on the positive keys, one query at a time, in plain Python."""
+    total = 0.0
+    for q, pos, mine in zip(queries.tolist(), positives, own):
+        scores = {j: sum(a * b for a, b in zip(q, k)) / tau for j, k in enumerate(keys.tolist())}
+        if own_rows == "exclude":
+            scores = {j: s for j, s in scores.items() if j not in mine}
+            pos = [j for j in pos if j not in mine]
+        if top_k:
+            best = sorted(scores, key=scores.get, reverse=True)[:top_k]
+            scores = {j: s for j, s in scores.items() if j in best or j in pos}
+        every = sum(math.exp(s) for s in scores.values())
+        total += -math.log(sum(math.exp(scores[j]) for j in pos) / every)
+    return total / len(positives)
+
+
+@pytest.fixture
+def problem():
+    generator = torch.Generator().manual_seed(0)
+    keys = unit(torch.randn(12, 6, generator=generator))
+    queries = torch.randn(4, 6, generator=generator)
+    positives = [[0, 1, 2], [3, 4], [5, 6, 7], [8]]
+    own = [[1], [], [5, 9], [2]]
+    targets = KeyTargets(0, [torch.tensor(p, dtype=torch.long) for p in positives],
+                         [torch.tensor(o, dtype=torch.long) for o in own])
+    return keys, queries, positives, own, targets
+
+
+@pytest.mark.parametrize("own_rows", ["exclude", "positive"])
+@pytest.mark.parametrize("top_k", [0, 3])
+def test_marginal_loss_matches_brute_force(problem, own_rows, top_k):
+    keys, queries, positives, own, targets = problem
+    loss, hits = SynonymMarginalLoss([keys], tau=0.1, top_k=top_k, own_rows=own_rows)(queries, targets)
+    expected = brute_force_marginal(unit(queries), keys, positives, own, 0.1, own_rows, top_k)
+    assert float(loss) == pytest.approx(expected, rel=1e-4)
+    assert 0 <= hits <= len(positives)
+
+
+def test_own_rows_are_left_out_of_both_sides(problem):
+    keys, _, _, _, _ = problem
+    # The query sits on its own row (1), which is excluded: moving that row changes nothing.
+    query = keys[1:2] * 5
+    targets = KeyTargets(0, [torch.tensor([0, 1, 2])], [torch.tensor([1])])
+    moved = keys.clone()
+    moved[1] = -moved[1]
+    first = SynonymMarginalLoss([keys], tau=0.1)(query, targets)[0]
+    assert float(first) == pytest.approx(float(SynonymMarginalLoss([moved], tau=0.1)(query, targets)[0]))
+    kept = SynonymMarginalLoss([keys], tau=0.1, own_rows="positive")(query, targets)[0]
+    assert float(kept) < float(first)  # counted as a positive, the own row makes the query right
+
+
+def test_identity_term_is_the_cosine_distance_to_the_own_row(problem):
+    keys, queries, positives, own, targets = problem
+    plain = SynonymMarginalLoss([keys], tau=0.1)(queries, targets)[0]
+    with_identity = SynonymMarginalLoss([keys], tau=0.1, identity_weight=2.0)(queries, targets)[0]
+    q = unit(queries)
+    distances = [1 - max(float(q[i] @ keys[j]) for j in own[i]) for i in range(4) if own[i]]
+    assert float(with_identity - plain) == pytest.approx(2.0 * sum(distances) / len(distances), rel=1e-4)
+
+
+def test_marginal_loss_settings_are_checked():
+    with pytest.raises(ObjectiveError, match="tau must be positive"):
+        SynonymMarginalLoss([torch.eye(2)], tau=0)
+    with pytest.raises(ObjectiveError, match="own_rows must be 'exclude' or 'positive'"):
+        SynonymMarginalLoss([torch.eye(2)], own_rows="keep")
+
+
+# -- key sets ----------------------------------------------------------------------------
+
+def toy_keyset(folder, n_concepts=6, per_concept=3, model="toy", fingerprint="f" * 16):
+    names = [f"name {c} {i}" for c in range(n_concepts) for i in range(per_concept)]
+    cuis = [f"C{c}" for c in range(n_concepts) for _ in range(per_concept)]
+    vectors = np.eye(len(names), 8, dtype=np.float32) + 0.1
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    queries = [(n, c) for n, c in zip(names, cuis)] + [("lonely", "C0"), ("unknown concept", "C99")]
+    return write_keyset(folder, names, cuis, vectors, queries, {"model": model, "fingerprint": fingerprint})
+
+
+def test_a_keyset_reads_back_as_written_and_drops_queries_without_positives(tmp_path):
+    written = toy_keyset(tmp_path / "keys")
+    read = read_keyset(tmp_path / "keys")
+    assert read.names == written.names and read.concepts == written.concepts
+    assert np.array_equal(read.vectors, written.vectors) and read.row_concept.tolist() == written.row_concept.tolist()
+    # "lonely" has three positives (C0's names); the unknown concept's query is not kept at all.
+    assert ("lonely", 0) in read.queries and len(read.queries) == 19
+    assert read.meta["n_queries_unknown_concept"] == 1 and read.meta["n_queries_without_positive"] == 0
+    assert read.meta["n_names"] == 18
+    positives, own = read.targets()
+    first = read.queries.index(("name 0 1", 0))
+    assert positives[first].tolist() == [0, 1, 2] and own[first].tolist() == [1]
+
+
+def test_a_damaged_keyset_is_named(tmp_path):
+    toy_keyset(tmp_path / "keys")
+    (tmp_path / "keys" / "keys.npy").unlink()
+    with pytest.raises(KeySetError, match=r"is not a key set: it lacks keys.npy"):
+        read_keyset(tmp_path / "keys")
+
+
+def test_query_batches_are_a_function_of_seed_and_index_and_keep_to_one_keyset(tmp_path):
+    sets = [toy_keyset(tmp_path / "a"), toy_keyset(tmp_path / "b", n_concepts=3)]
+    first, second = QueryBatches(sets, 4, seed=3), QueryBatches(sets, 4, seed=3)
+    assert first.per_epoch == 19 // 4 + 10 // 4
+    seen = {0: [], 1: []}
+    for index in range(first.per_epoch):
+        texts, targets = first[index]
+        again, targets_again = second[index]
+        assert texts == again and targets.keyset == targets_again.keyset
+        queries = dict(sets[targets.keyset].queries)
+        for text, positive in zip(texts, targets.positives):
+            assert sets[targets.keyset].row_concept[positive.numpy()].tolist() == [queries[text]] * len(positive)
+        seen[targets.keyset] += texts
+    assert len(set(seen[0])) == len(seen[0]) == 16 and len(seen[1]) == 8
+    halves = [QueryBatches(sets, 2, seed=3, rank=r, world_size=2)[5][0] for r in range(2)]
+    assert sorted(halves[0] + halves[1]) == sorted(first[5][0])
+
+
+# -- a run -------------------------------------------------------------------------------
+
+def keys_config(tiny_model, **training):
+    settings = dict(batch_size=8, max_steps=12, lr=5e-3, log_every=1, save_every=100, device="cpu", seed=0)
+    settings.update(training)
+    return TrainConfig.from_dict({
+        "model": {"name_or_path": str(tiny_model), "pooling": "mean", "freeze": ["embeddings.word_embeddings"]},
+        "objective": {"loss": "synonym_marginal", "tau": 0.1},
+        "training": settings,
+    })
+
+
+@pytest.fixture
+def tiny_keys(tiny_kb, tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
+    return kb_keyset(tiny_kb, tmp_path / "keys", model=str(tiny_model))
+
+
+def test_a_run_against_frozen_keys_learns_and_answers_to_the_keys_model(tiny_model, tiny_keys, tiny_encoder, tmp_path):
+    from safetensors.torch import load_file
+
+    from spacy_sapbert.encoder import Encoder
+    from spacy_sapbert.index import ConceptIndex
+
+    run = tmp_path / "run"
+    final = Trainer(keys_config(tiny_model), None, run, keys=[tmp_path / "keys"]).train()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r["loss"] for r in rows[-4:]) < sum(r["loss"] for r in rows[:4])
+    trained = Encoder(final)
+    assert trained.fingerprint == tiny_encoder.fingerprint == tiny_keys.fingerprint
+    assert not np.allclose(trained.encode(["diabetes"]), tiny_encoder.encode(["diabetes"]))
+    before = load_file(str(tiny_model / "model.safetensors"))
+    after = {k: v for shard in final.glob("*.safetensors") for k, v in load_file(str(shard)).items()}
+    assert torch.equal(before["embeddings.word_embeddings.weight"], after["embeddings.word_embeddings.weight"])
+    # The index the keys' model built serves the trained model as it is.
+    index = ConceptIndex.build(read_tiny_kb(tiny_keys), tiny_encoder)
+    index.check_encoder(trained)
+    record = json.loads((final / "training.json").read_text())
+    assert record["teacher"]["teacher"] == str(tiny_model) and record["n_queries"] == len(tiny_keys.queries)
+
+
+def read_tiny_kb(keys):
+    from spacy_sapbert.kb import Concept, KnowledgeBase
+
+    kb = KnowledgeBase(name="tiny")
+    for name, concept in zip(keys.names, keys.row_concept):
+        kb.add(Concept(keys.concepts[concept], name))
+    return kb
+
+
+def test_keys_of_another_vector_space_or_no_keys_are_refused(tiny_model, tmp_path):
+    toy_keyset(tmp_path / "keys", fingerprint="0" * 16)
+    with pytest.raises(TrainingConfigError, match="the query encoder must start in the keys' vector space"):
+        Trainer(keys_config(tiny_model), None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
+    with pytest.raises(TrainingConfigError, match="give key sets with --keys"):
+        Trainer(keys_config(tiny_model), None, tmp_path / "run")
+
+
+def test_a_student_keeps_the_layers_it_names(tiny_model, tiny_keys, tmp_path):
+    config = keys_config(tiny_model, max_steps=2)
+    config.model.layers = [1]
+    final = Trainer(config, None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
+    assert json.loads((final / "config.json").read_text())["num_hidden_layers"] == 1
+    config.model.layers = [2]
+    with pytest.raises(TrainingConfigError, match=r"\[model\] layers \[2\] do not exist"):
+        Trainer(config, None, tmp_path / "other", keys=[tmp_path / "keys"]).train()
+
+
+def test_package_stores_only_what_training_changed_and_loads_whole(tiny_model, tiny_keys, tmp_path, monkeypatch):
+    from spacy_sapbert.encoder import BASE_FILE, EncoderError, Encoder
+    from training.package import package_model
+
+    final = Trainer(keys_config(tiny_model, max_steps=3), None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
+    packaged = package_model(final, tmp_path / "package", base=str(tiny_model))
+    record = json.loads((packaged / BASE_FILE).read_text())
+    assert record["from_base"] == ["embeddings.word_embeddings.weight", "pooler.dense.bias", "pooler.dense.weight"]
+    full = Encoder(final)
+    small = Encoder(packaged)
+    assert small.fingerprint == full.fingerprint  # both answer to the keys' model
+    assert np.allclose(small.encode(["lactic acidosis"]), full.encode(["lactic acidosis"]), atol=2e-3)
+    # A base whose frozen tensors differ is refused, naming the base.
+    record["sha256"] = "0" * 64
+    (packaged / BASE_FILE).write_text(json.dumps(record))
+    with pytest.raises(EncoderError, match="weights differ from the ones it was trained with"):
+        Encoder(packaged)
+
+
+def test_a_trained_query_encoder_exports_to_int8_and_indexes_with_the_keys_model(tiny_model, tiny_keys, tiny_encoder, tmp_path):
+    from spacy_sapbert.encoder import Encoder
+    from spacy_sapbert.encoder_base import exact_encoder, load_encoder
+
+    final = Trainer(keys_config(tiny_model, max_steps=2), None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
+    fast = load_encoder(final, "int8")
+    assert fast.fingerprint == tiny_encoder.fingerprint
+    assert exact_encoder(fast).name_or_path == tiny_encoder.name_or_path
+    # A student started from the trained model's layers answers to, and indexes with, the keys' model too.
+    config = keys_config(final, max_steps=2)
+    config.model.layers = [0]
+    student = Trainer(config, None, tmp_path / "student", keys=[tmp_path / "keys"]).train()
+    assert exact_encoder(Encoder(student)).name_or_path == tiny_encoder.name_or_path
+
+
+def test_key_sources_name_how_often_an_epoch_visits_them(tmp_path):
+    from training.loop import key_source
+
+    assert key_source("corpus/keys/cadec*3") == (Path("corpus/keys/cadec"), 3)
+    assert key_source("corpus/keys/odd*name") == (Path("corpus/keys/odd*name"), 1)
+    sets = [toy_keyset(tmp_path / "a"), toy_keyset(tmp_path / "b", n_concepts=3)]
+    once, thrice = QueryBatches(sets, 4, seed=0), QueryBatches(sets, 4, seed=0, repeats=[1, 3])
+    assert thrice.per_epoch == once.per_epoch + 2 * (10 // 4)
+    which = [thrice[i][1].keyset for i in range(thrice.per_epoch)]
+    assert which.count(1) == 3 * (10 // 4)
+
+
+def test_refreshed_keys_make_a_model_of_its_own_space(tiny_model, tiny_keys, tiny_encoder, tmp_path):
+    from spacy_sapbert.encoder import TEACHER_FILE, Encoder
+
+    config = keys_config(tiny_model, max_steps=4)
+    config.objective.refresh_keys_every = 2
+    final = Trainer(config, None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
+    assert not (final / TEACHER_FILE).exists()
+    assert Encoder(final).fingerprint != tiny_encoder.fingerprint
+
+
+def test_the_hybrid_learns_its_sparse_weight_and_the_model_records_it(tiny_model, tiny_keys, tmp_path):
+    from spacy_sapbert.encoder_base import recorded_sparse_weight
+
+    config = keys_config(tiny_model, max_steps=6)
+    config.objective.sparse_weight = 0.3
+    config.objective.sparse_weight_lr = 0.05
+    final = Trainer(config, None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
+    learned = recorded_sparse_weight(final)
+    assert learned > 0 and learned != pytest.approx(0.3, abs=1e-3)
+    config.objective.learn_sparse_weight = False
+    fixed = Trainer(config, None, tmp_path / "fixed", keys=[tmp_path / "keys"]).train()
+    assert recorded_sparse_weight(fixed) == pytest.approx(0.3)
