@@ -218,12 +218,12 @@ def default_index_path(encoder) -> Path:
 
 
 def fast_model_path() -> Path:
-    """The bundled distilled student (an int8 ONNX export embedding into the default model's
+    """The bundled student (an int8 ONNX export of 3 layers embedding into the default model's
     space), which `model = "fast"` names."""
     bundled = ASSETS / FAST
     if not (bundled / "sapbert_onnx.json").exists():
         raise ResourceError(
-            f"No fast model is bundled in {bundled}; build it with `spacy project run distill`, or "
+            f"No fast model is bundled in {bundled}; build it with `spacy project run fast-cpu`, or "
             "use model 'default'."
         )
     return bundled
@@ -231,7 +231,7 @@ def fast_model_path() -> Path:
 
 def resolve_model(model: str) -> str:
     """`model` as given, the default model's directory for "default", the untrained base's for
-    "base", or the bundled distilled student's for "fast"."""
+    "base", or the bundled 3-layer student's for "fast"."""
     if model == DEFAULT:
         return str(default_model_path())
     if model == BASE:

@@ -152,7 +152,8 @@ class Encoder:
             ) from None
         self.model.eval()
         self._fingerprint = self._compute_fingerprint()
-        # A distilled student embeds into its teacher's space: it answers to the teacher's
+        # A student (a distilled one, or a query encoder trained against another model's frozen
+        # keys) embeds into its teacher's space: it answers to the teacher's
         # fingerprint, so the teacher's index serves it, and indexes are built by the teacher.
         self.teacher: Optional[str] = None  # as the student records it ("default" or a path)
         self.teacher_model: Optional[str] = None  # resolved to a directory
@@ -176,7 +177,7 @@ class Encoder:
     @property
     def fingerprint(self) -> str:
         """A hash of the weights, the tokenizer, the pooling and max_length: two encoders with
-        the same fingerprint give the same vectors (a distilled student gives its teacher's:
+        the same fingerprint give the same vectors (a student gives its teacher's:
         vectors in the same space)."""
         return self._fingerprint
 

@@ -16,7 +16,8 @@ POOLING_FILE = "sapbert_pooling.json"
 # Encodes shorter than this many texts get no progress bar.
 PROGRESS_MIN_TEXTS = 5000
 PRECISIONS = ("fp32", "int8")
-# Written beside a distilled student: the teacher whose vector space it embeds into.
+# Written beside a student (a query encoder trained against a model's frozen keys, a distilled
+# student): the teacher whose vector space it embeds into.
 TEACHER_FILE = "sapbert_teacher.json"
 # Written beside a model trained with BioSyn's hybrid score: the weight of its char n-gram
 # tf-idf term (score = dense cosine + sparse_weight × tf-idf cosine).

@@ -363,8 +363,9 @@ class ConceptIndex:
         vectors: (n, dim) unit vectors from the index's encoder.
         k: concepts per query; a concept scores as its best-matching name.
         type_prefixes: only concepts with a type starting with one of these.
-        rescore: called as rescore(query position, rows, cosines) on each query's hits (row -1:
-            none), returns their scores (the hybrid score: sparse.HybridRescorer).
+        rescore: called as rescore(query positions, rows, cosines) on the hits of a block of
+            queries ((n, rows) arrays; row -1: none), returns their scores (the hybrid score:
+            sparse.HybridRescorer).
         min_rows: name rows fetched per query at least (more while they hold fewer than k concepts).
         Returns, per query, [(concept_id, score), …] best first; the score is the cosine unless
         `rescore` gives another.
@@ -387,10 +388,10 @@ class ConceptIndex:
         k_rows = min(n_allowed, max(4 * k, min_rows))
         while len(pending):
             scores, rows = self.index.search(vectors[pending], k_rows, params=params)
+            if rescore is not None:
+                scores = rescore(pending, rows, scores)
             still_short = []
             for query, score_row, id_row in zip(pending, scores, rows):
-                if rescore is not None:
-                    score_row = rescore(int(query), id_row, score_row)
                 best = best_concepts(score_row, id_row, self.row_concepts, k)
                 if len(best) >= k or k_rows >= n_allowed or (id_row < 0).any():
                     results[query] = [(self.concept_ids[c], s) for c, s in best]

@@ -76,7 +76,7 @@ def make_sapbert_linker(
 ) -> "SapBERTLinker":
     """Create the linker; it loads nothing until `initialize`, `from_disk` or first use.
 
-    model: "default" (the bundled model), "fast" (the bundled distilled student, int8), a local
+    model: "default" (the bundled model), "fast" (the bundled 3-layer student, int8), a local
         model directory (or an `export-onnx` one) or a Hugging Face name.
     index: "default" (the MeSH index, 8-bit HNSW), "default-exact" (the same, flat fp32) or an
         index directory from `build-index`.
@@ -227,9 +227,10 @@ class SapBERTLinker(Pipe):
             weight = recorded_sparse_weight(getattr(self.encoder, "path", model_path))
         self.hybrid = None
         if weight:
+            from .defaults import cache_dir
             from .sparse import HybridRescorer
 
-            self.hybrid = HybridRescorer(self.index.row_names(), weight)
+            self.hybrid = HybridRescorer.for_index(self.index, weight, cache=cache_dir())
         self._cache.clear()  # candidates from another model or index would be wrong
         # built at load, not on the first doc
         self._names = self.index.kb.name_lookup() if self.exact_match else None

@@ -1,26 +1,50 @@
 """Character n-gram tf-idf over concept names: search (scispaCy's candidate-generator algorithm,
 searched exactly instead of through an approximate nmslib index), and BioSyn's hybrid score
 for dense search hits."""
+import hashlib
+import json
+import logging
+import zipfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
+import scipy.sparse
 
 if TYPE_CHECKING:  # training imports this module where FAISS is not installed
-    from .index import Candidates
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from .index import Candidates, ConceptIndex
     from .kb import KnowledgeBase
+
+logger = logging.getLogger(__name__)
 
 # Queries scored per dense block: bounds memory at block × n_names floats.
 QUERY_BLOCK = 256
 # Name rows the dense search proposes for the hybrid score to rank. Adding the sparse side's own
 # top 64 rows changed no Acc@1 on NCBI, BC5CDR-disease or CADEC dev (trained hybrid model).
 HYBRID_ROWS = 64
+# Bump when the features change, so cached hybrid states (HybridRescorer.for_index) are refitted.
+HYBRID_STATE_VERSION = 2
 
 
-def char_ngram_vectorizer(ngram_range=(3, 3), min_df: int = 1) -> TfidfVectorizer:
+def char_ngram_vectorizer(ngram_range=(3, 3), min_df: int = 1) -> "TfidfVectorizer":
     """scispaCy's name features: tf-idf of character n-grams within word boundaries, lower-cased."""
+    from sklearn.feature_extraction.text import TfidfVectorizer  # 64 MB of RSS: fitting only
+
     return TfidfVectorizer(analyzer="char_wb", ngram_range=tuple(ngram_range), min_df=min_df,
                            dtype=np.float32, lowercase=True)
+
+
+def char_wb_ngrams(text: str, n: int = 3) -> List[str]:
+    """scikit-learn's char_wb analyzer for one n (lower-cased; each word padded with a space on
+    either side; a word shorter than n counts once): HybridRescorer transforms mentions with it,
+    so that linking needs no scikit-learn (tests/test_hybrid.py holds it to the original)."""
+    grams: List[str] = []
+    for word in text.lower().split():
+        word = f" {word} "
+        grams.extend(word[i : i + n] for i in range(max(1, len(word) - n + 1)))
+    return grams
 
 
 class HybridRescorer:
@@ -29,25 +53,81 @@ class HybridRescorer:
     1 + weight so that scores stay on the cosine's scale (1 for an exact name) and `threshold`
     keeps its meaning; the order is BioSyn's.
 
-    names: each index row's name (ConceptIndex.row_names). weight: the sparse weight a model
+    names: each index row's name (ConceptIndex.row_names), fitted with scikit-learn; or `state`,
+    a folder `save` wrote (for_index caches one per index). weight: the sparse weight a model
     was trained with (SPARSE_FILE).
     """
 
-    def __init__(self, names: Sequence[str], weight: float):
+    def __init__(self, names: Optional[Sequence[str]], weight: float, state: Optional[Path] = None):
         self.weight = float(weight)
-        self.vectorizer = char_ngram_vectorizer()
-        self.name_vectors = self.vectorizer.fit_transform(list(names)).tocsr()
+        if state is not None:
+            self.vocabulary: Dict[str, int] = json.loads((state / "vocabulary.json").read_text(encoding="utf-8"))
+            self.idf = np.load(state / "idf.npy")
+            self.name_vectors = scipy.sparse.load_npz(state / "names.npz").tocsr()
+            if not (len(self.vocabulary) == len(self.idf) == self.name_vectors.shape[1]):
+                raise ValueError(f"{state} holds name vectors of another vocabulary")
+            return
+        vectorizer = char_ngram_vectorizer()
+        self.name_vectors = vectorizer.fit_transform(list(names)).tocsr()
+        self.vocabulary = {gram: int(column) for gram, column in vectorizer.vocabulary_.items()}
+        self.idf = vectorizer.idf_.astype(np.float32)
+
+    def save(self, folder: Path) -> None:
+        """Write the fitted state (vocabulary, idf, name vectors) for HybridRescorer(None, w, folder)."""
+        (folder / "vocabulary.json").write_text(json.dumps(self.vocabulary, ensure_ascii=False), encoding="utf-8")
+        np.save(folder / "idf.npy", self.idf)
+        scipy.sparse.save_npz(folder / "names.npz", self.name_vectors, compressed=False)
+
+    @classmethod
+    def for_index(cls, index: "ConceptIndex", weight: float, cache: Optional[Path] = None) -> "HybridRescorer":
+        """The rescorer of `index`'s row names. With `cache` (a folder) and an index saved with
+        checksums, the fitted state is kept there, keyed by the KB's and rows' checksums, so a
+        later load skips the names and the fitting (2 s and 140 MB at peak for the bundled
+        index's 208k names); an unreadable state is fitted and written again."""
+        files = index.meta.get("files", {})
+        kb_file = next((files[name] for name in sorted(files) if name.startswith("kb.jsonl")), None)
+        if cache is None or kb_file is None or "rows.npy" not in files:
+            return cls(index.row_names(), weight)
+        key = hashlib.sha256(json.dumps(
+            [HYBRID_STATE_VERSION, kb_file["sha256"], files["rows.npy"]["sha256"],
+             index.meta.get("name_precedence"), len(index)]).encode()).hexdigest()[:16]
+        folder = cache / f"hybrid-{key}"
+        if folder.exists():
+            try:
+                return cls(None, weight, state=folder)
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+                logger.warning("Refitting the hybrid score's tf-idf: %s is unreadable (%s).", folder, err)
+        rescorer = cls(index.row_names(), weight)
+        from .defaults import write_to_cache
+
+        write_to_cache(folder, rescorer.save)
+        return rescorer
+
+    def transform(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
+        """Unit tf-idf vectors of `texts` (n-grams the names lack are dropped), as scikit-learn's
+        fitted TfidfVectorizer gives them."""
+        rows, columns = [], []
+        for row, text in enumerate(texts):
+            found = [self.vocabulary[g] for g in char_wb_ngrams(text) if g in self.vocabulary]
+            rows += [row] * len(found)
+            columns += found
+        counts = scipy.sparse.csr_matrix((np.ones(len(columns), dtype=np.float32), (rows, columns)),
+                                         shape=(len(texts), len(self.vocabulary)))  # duplicates summed
+        weighted = counts.multiply(self.idf[None, :]).tocsr()
+        norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1))).ravel()
+        return scipy.sparse.diags(1 / np.where(norms > 0, norms, 1)).dot(weighted).tocsr().astype(np.float32)
 
     def for_texts(self, texts: Sequence[str]) -> Callable[[int, np.ndarray, np.ndarray], np.ndarray]:
         """The `rescore` of ConceptIndex.search for queries embedding `texts`, in order."""
-        queries = self.vectorizer.transform(list(texts)).tocsr()
+        queries = self.transform(list(texts))
 
-        def rescore(query: int, rows: np.ndarray, cosines: np.ndarray) -> np.ndarray:
-            scores = np.full(len(rows), -np.inf, dtype=np.float32)
+        def rescore(positions: np.ndarray, rows: np.ndarray, cosines: np.ndarray) -> np.ndarray:
+            """positions: the block's queries (into `texts`); rows, cosines: (n, r) hits."""
             hit = rows >= 0
-            sparse = (self.name_vectors[rows[hit]] @ queries[query].T).toarray().ravel()
-            scores[hit] = (cosines[hit] + self.weight * sparse) / (1 + self.weight)
-            return scores
+            names = self.name_vectors[np.where(hit, rows, 0).ravel()]
+            mentions = queries[np.repeat(np.asarray(positions), rows.shape[1])]
+            sparse = np.asarray(names.multiply(mentions).sum(axis=1), dtype=np.float32).reshape(rows.shape)
+            return np.where(hit, (cosines + self.weight * sparse) / (1 + self.weight), -np.inf).astype(np.float32)
 
         return rescore
 

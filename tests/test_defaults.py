@@ -88,7 +88,8 @@ def test_other_models_and_the_exact_path_index_the_bundled_kb(bundled, tiny_mode
 def test_shipped_assets_fit_the_budget_and_the_index_reads_back():
     assets = defaults.ASSETS
     size = sum(f.stat().st_size for f in Path(assets).rglob("*") if f.is_file())
-    assert size <= 90e6, f"bundled assets are {size / 1e6:.0f} MB, over the 90 MB budget"
+    # DESIGN.md's budget: 120 MB in all (the trained model's overlay took it past the old 90).
+    assert size <= 120e6, f"bundled assets are {size / 1e6:.0f} MB, over the 120 MB budget"
     meta = defaults.bundled_index_meta()
     if meta is None:
         pytest.skip("no bundled index")

@@ -4,6 +4,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from spacy_sapbert.encoder_base import SPARSE_FILE, recorded_sparse_weight
@@ -17,13 +19,24 @@ def test_rescored_hits_add_the_weighted_tfidf_cosine(tiny_kb):
     rescorer = HybridRescorer(names, weight=0.7)
     rows = np.array([3, 0, -1, 7])
     cosines = np.array([0.9, 0.5, -3e38, 0.2], dtype=np.float32)
-    scores = rescorer.for_texts(["diabetes mellitus type 2", "lactic acidosis"])(1, rows, cosines)
+    block = rescorer.for_texts(["diabetes mellitus type 2", "lactic acidosis"])(
+        np.array([1, 0]), np.stack([rows, rows]), np.stack([cosines, cosines]))
+    scores = block[0]  # the block's first query is text 1
     vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3), lowercase=True).fit(names)
     query = vectorizer.transform(["lactic acidosis"])
     expected = [(cosines[i] + 0.7 * float((vectorizer.transform([names[r]]) @ query.T).toarray()[0, 0])) / 1.7
                 for i, r in enumerate(rows) if r >= 0]
     assert np.allclose(scores[[0, 1, 3]], expected, atol=1e-5)
     assert scores[2] == -np.inf  # no hit stays last
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="aAbé -(x)\t\n12", max_size=12), min_size=1, max_size=4))
+def test_mentions_get_scikit_learns_tfidf_vectors_without_scikit_learn(texts):
+    names = ["Lactic Acidosis", "acidosis, lactic", "x", "ab", "Ébola (AB-12)", "diabetes type 2", "a b"]
+    fitted = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3), lowercase=True, dtype=np.float32).fit(names)
+    ours = HybridRescorer(names, weight=1.0).transform(texts)
+    assert np.allclose(ours.toarray(), fitted.transform(texts).toarray(), atol=1e-6)
 
 
 def test_a_typo_finds_its_concept_through_the_sparse_term(tiny_index_dir, tiny_encoder):
@@ -34,6 +47,25 @@ def test_a_typo_finds_its_concept_through_the_sparse_term(tiny_index_dir, tiny_e
     found = index.search(vectors, k=3, rescore=hybrid.for_texts([query]), min_rows=64)[0]
     assert found[0][0] == "D000140"
     assert found[0][1] != pytest.approx(float(vectors[0] @ tiny_encoder.encode(["lactic acidosis"])[0]))
+
+
+def test_the_fitted_state_is_cached_per_index_and_refitted_when_unreadable(tiny_index_dir, tiny_encoder, tmp_path):
+    index = ConceptIndex.load(tiny_index_dir, encoder=tiny_encoder)
+    rows, cosines = np.arange(len(index))[None], np.zeros((1, len(index)), dtype=np.float32)
+    first_text = np.array([0])
+    texts = ["lactik acidossis", "diabetes"]
+    fitted = HybridRescorer(index.row_names(), weight=0.5).for_texts(texts)(first_text, rows, cosines)
+    first = HybridRescorer.for_index(index, 0.5, cache=tmp_path)
+    (state,) = tmp_path.glob("hybrid-*")
+    index.row_names = None  # a cached state needs no names
+    cached = HybridRescorer.for_index(index, 0.5, cache=tmp_path)
+    for rescorer in (first, cached):
+        assert np.array_equal(rescorer.for_texts(texts)(first_text, rows, cosines), fitted)
+    (state / "names.npz").write_bytes(b"not a matrix")
+    del index.row_names
+    healed = HybridRescorer.for_index(index, 0.5, cache=tmp_path)
+    assert np.array_equal(healed.for_texts(texts)(first_text, rows, cosines), fitted)
+    assert HybridRescorer(None, 0.5, state=state).name_vectors.shape == healed.name_vectors.shape
 
 
 def test_row_names_follow_name_precedence(tiny_encoder):

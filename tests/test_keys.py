@@ -270,3 +270,24 @@ def test_the_hybrid_learns_its_sparse_weight_and_the_model_records_it(tiny_model
     config.objective.learn_sparse_weight = False
     fixed = Trainer(config, None, tmp_path / "fixed", keys=[tmp_path / "keys"]).train()
     assert recorded_sparse_weight(fixed) == pytest.approx(0.3)
+
+
+def test_the_finetune_command_trains_on_key_sets_with_repeats(tiny_model, tiny_keys, tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "training.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
+         "--keys", f"{tmp_path / 'keys'}*2", "--output", str(tmp_path / "run"), "--model", str(tiny_model),
+         "--training.max_steps", "2", "--training.batch_size", "4", "--training.device", "cpu",
+         "--objective.sparse_weight", "0"],
+        capture_output=True, text=True, cwd=repo, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = json.loads((tmp_path / "run" / "model" / "training.json").read_text())
+    assert record["keys"] == [f"{tmp_path / 'keys'}*2"] and record["steps"] == 2
+    missing = subprocess.run(
+        [sys.executable, "-m", "training.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
+         "--output", str(tmp_path / "other"), "--model", str(tiny_model)],
+        capture_output=True, text=True, cwd=repo, timeout=300)
+    assert missing.returncode == 1 and "give key sets with --keys" in missing.stderr

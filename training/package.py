@@ -1,9 +1,11 @@
 """`python -m training.package`: a trained model in fp16 safetensors with a model card.
 
 The output is what spacy_sapbert/assets/model holds: weights in fp16 (sharded into files of
-at most 15 MB), the tokenizer, the pooling record, the training record and MODEL_CARD.md with
-the data, steps, hardware, wall time, dev figures and licences. Build the index with the
-packaged model (its fp16 weights have their own fingerprint), not with the fp32 one.
+at most 15 MB; with --base, only those training changed), the tokenizer, the pooling, teacher
+and sparse-weight records, the training record and MODEL_CARD.md with the data, steps,
+hardware, wall time, dev figures and licences. A model trained against frozen keys answers to
+the keys' model, whose index serves it; any other model's fp16 weights have their own
+fingerprint, so build its index with the packaged model, not with the fp32 one.
 """
 import json
 import logging
@@ -13,8 +15,9 @@ from typing import List, Optional
 
 import torch
 import typer
-from spacy_sapbert.defaults import resolve_model
+from spacy_sapbert.defaults import BASE, resolve_model
 from spacy_sapbert.encoder import BASE_FILE, POOLING_FILE, TEACHER_FILE, load_transformer, tensors_sha256
+from spacy_sapbert.encoder_base import SPARSE_FILE
 
 from .loop import RUN_FILE
 
@@ -80,7 +83,8 @@ def model_card(record: dict, metrics_summary: Optional[str]) -> str:
         metrics_summary.strip() if metrics_summary else "Not evaluated yet: run `spacy project run evaluate-trained`.",
         "", "## Licences", "", LICENCES,
     ]
-    return "\n".join(lines)
+    # The base resolves to a path inside this machine's site-packages: the card names it instead.
+    return "\n".join(lines).replace(str(resolve_model(BASE)), BASE)
 
 
 def package_model(model: Path, output: Path, metrics: Optional[Path] = None, base: str = "") -> Path:
@@ -107,7 +111,7 @@ def package_model(model: Path, output: Path, metrics: Optional[Path] = None, bas
     weights.save_pretrained(output, state_dict={n: t.half() for n, t in state.items()}, max_shard_size="15MB")
     tokenizer.save_pretrained(output)
     record = {}
-    for name in (POOLING_FILE, RUN_FILE, TEACHER_FILE):
+    for name in (POOLING_FILE, RUN_FILE, TEACHER_FILE, SPARSE_FILE):
         if (model / name).exists():
             shutil.copy(model / name, output / name)
     if (model / RUN_FILE).exists():
@@ -115,6 +119,8 @@ def package_model(model: Path, output: Path, metrics: Optional[Path] = None, bas
     summary = None
     if metrics is not None and (metrics / "summary.md").exists():
         summary = (metrics / "summary.md").read_text().replace("# Evaluation summary", "").strip()
+        # Its sections sit under the card's "## Dev figures".
+        summary = "\n".join("#" + line if line.startswith("## ") else line for line in summary.splitlines())
     (output / "MODEL_CARD.md").write_text(model_card(record, summary))
     size = sum(p.stat().st_size for p in output.iterdir()) / 1e6
     logger.info("Packaged %s into %s (%.1f MB).", model, output, size)

@@ -114,7 +114,7 @@ class EncoderSystem(LinkingSystem):
         from spacy_sapbert.encoder_base import exact_encoder, load_encoder, recorded_sparse_weight
         from spacy_sapbert.index import ConceptIndex, make_faiss_index
 
-        # Names are embedded by the exact model of the vector space (a distilled student's
+        # Names are embedded by the exact model of the vector space (a student's
         # teacher); mentions by the model itself, at `precision`.
         model_path = resolve_model(model)
         self.query_encoder = load_encoder(model_path, precision, pooling=pooling, batch_size=batch_size, device=device)
@@ -146,10 +146,16 @@ class EncoderSystem(LinkingSystem):
         return [[c for c, _ in row] for row in found]
 
     def similarity(self, first: Sequence[str], second: Sequence[str]) -> np.ndarray:
-        """Cosine similarity of each pair of texts, both embedded by the model itself (a query
-        encoder trained against frozen keys, too: its own space is what relatedness tests)."""
-        a, b = self.query_encoder.encode(list(first)), self.query_encoder.encode(list(second))
-        return (a * b).sum(1)
+        """Cosine similarity of each pair of texts, compared as the linker compares a mention with
+        a name: one text through the model, the other through the model that embeds names
+        (itself, unless it was trained against another model's frozen keys), averaged over the
+        two ways round."""
+        first, second = list(first), list(second)
+        if self.encoder is self.query_encoder:
+            return (self.encoder.encode(first) * self.encoder.encode(second)).sum(1)
+        mention_first = (self.query_encoder.encode(first) * self.encoder.encode(second)).sum(1)
+        mention_second = (self.encoder.encode(first) * self.query_encoder.encode(second)).sum(1)
+        return (mention_first + mention_second) / 2
 
 
 class _NumpyWithFloat32For16:
