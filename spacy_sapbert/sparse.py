@@ -97,6 +97,7 @@ class HybridRescorer:
                 return cls(None, weight, state=folder)
             except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
                 logger.warning("Refitting the hybrid score's tf-idf: %s is unreadable (%s).", folder, err)
+        logger.warning("Fitting the hybrid score's char n-gram tf-idf once; it is cached in %s.", folder)
         rescorer = cls(index.row_names(), weight)
         from .defaults import write_to_cache
 

@@ -213,3 +213,43 @@ def test_exact_match_skips_encoding_names_of_the_index(tiny_model, tiny_index_di
     assert links["tumour"][:2] == ("D009369", 1.0) and links["Acute renal failure"][:2] == ("D058186", 1.0)
     # a Chemical may only be a D-tree concept, and no chemical is named "tumour": it is encoded
     assert encoded == ["Tumour"] and links["Tumour"][0] != "D009369"
+
+
+@pytest.mark.slow
+def test_ncbi_dev_links_the_same_whatever_the_batching():
+    """Issue 19: the default int8 path once changed 4.8% of NCBI dev top-1 answers with batching."""
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "benchmarks"))
+    from bench_linkers import gold_docs
+
+    docs, _ = gold_docs(spacy.blank("en"), repo.parent / "shared" / "data")
+    texts = [(d.text, [(e.start_char, e.end_char) for e in d.ents]) for d in docs]
+
+    def links(order, batch_size, **config):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("sapbert_linker", config={"threshold": -1.0, "label_types": {}, "cache_size": 0, **config})
+        made = []
+        for i in order:
+            doc = nlp.make_doc(texts[i][0])
+            doc.ents = [doc.char_span(s, e, label="Disease") for s, e in texts[i][1]]
+            made.append(doc)
+        out = {}
+        for i, doc in zip(order, nlp.pipe(made, batch_size=batch_size)):
+            out[i] = [(e._.kb_ents[0][0], e._.kb_ents[0][1]) for e in doc.ents]
+        return out
+
+    forward = list(range(len(texts)))
+    reference = links(forward, 1000)
+    assert sum(len(v) for v in reference.values()) > 700
+    shuffled = list(np.random.default_rng(0).permutation(len(texts)))
+    for order, batch_size, config in [(forward, 1, {}), (forward, 1000, {"encoder_batch_size": 7}),
+                                      (forward, 1000, {"encoder_batch_size": 256}), (shuffled, 16, {})]:
+        other = links(order, batch_size, **config)
+        for i, ents in reference.items():
+            assert [c for c, _ in other[i]] == [c for c, _ in ents], texts[i][0][:80]
+            assert np.allclose([s for _, s in other[i]], [s for _, s in ents], atol=1e-6, rtol=0)

@@ -45,7 +45,8 @@ def test_int8_export_stays_close_and_ranks_alike(onnx_dirs, tiny_encoder, tiny_i
 def test_tokenizer_matches_transformers(onnx_dirs, tiny_encoder):
     onnx = OnnxEncoder(onnx_dirs["fp32"])
     ours = [e.ids for e in onnx.tokenizer.encode_batch([t or " " for t in TEXTS])]
-    theirs = tiny_encoder.tokenizer([t or " " for t in TEXTS], padding=True, truncation=True, max_length=25)["input_ids"]
+    # ours pads nothing: encode batches texts of one token length
+    theirs = tiny_encoder.tokenizer([t or " " for t in TEXTS], truncation=True, max_length=25)["input_ids"]
     assert ours == theirs
 
 
@@ -125,3 +126,44 @@ def test_the_bundled_fast_model_loads_without_torch_and_names_its_teacher():
     assert fast.fingerprint == bundled_index_meta()["model_fingerprint"]
     vectors = fast.encode(["lactic acidosis", "lactate acidosis", "cisplatin"])
     assert vectors.shape == (3, 384) and vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+BATCH_TEXTS = [n for c in TINY_CONCEPTS for n in [c["canonical_name"], *c["aliases"]]] + TEXTS + [
+    f"{a} {b}" for a in ("acute", "chronic", "type 2", "lactic") for b in ("acidosis", "diabetes", "renal failure")]
+
+
+def test_an_int8_vector_does_not_depend_on_the_rest_of_its_batch(onnx_dirs):
+    onnx = OnnxEncoder(onnx_dirs["int8"], batch_size=1)
+    alone = onnx.encode(BATCH_TEXTS)
+    order = np.random.default_rng(0).permutation(len(BATCH_TEXTS))
+    for batch_size in (7, 32, 256):
+        onnx.batch_size = batch_size
+        np.testing.assert_allclose(onnx.encode(BATCH_TEXTS), alone, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(onnx.encode([BATCH_TEXTS[i] for i in order]), alone[order], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(onnx.encode(BATCH_TEXTS[::3]), alone[::3], atol=1e-6, rtol=0)
+    assert onnx.meta["activation_scales"] == "static" and onnx.meta["format_version"] == 2
+
+
+def test_links_are_the_same_whatever_the_batching(onnx_dirs, tiny_index_dir):
+    from conftest import ruler_nlp
+
+    texts = [f"The patient had {t} and then {u}." for t, u in zip(BATCH_TEXTS, reversed(BATCH_TEXTS))]
+    patterns = [("Disease", t) for t in BATCH_TEXTS if t.strip() and len(t) < 60]
+
+    def links(encoder_batch_size, batch_size, order):
+        nlp = ruler_nlp(patterns)
+        nlp.add_pipe("sapbert_linker", config={"model": str(onnx_dirs["int8"]), "index": str(tiny_index_dir),
+                                               "encoder_batch_size": encoder_batch_size, "cache_size": 0,
+                                               "label_types": {}, "threshold": -1.0})
+        docs = list(nlp.pipe([texts[i] for i in order], batch_size=batch_size))
+        return {texts[i]: [(e.text, e._.kb_ents[0][0], e._.kb_ents[0][1]) for e in doc.ents] for i, doc in zip(order, docs)}
+
+    forward = list(range(len(texts)))
+    reference = links(1, 1, forward)
+    assert sum(len(v) for v in reference.values()) > 20
+    for encoder_batch_size, batch_size, order in [(7, 256, forward), (32, 16, forward), (256, 256, forward[::-1]),
+                                                  (32, 16, list(np.random.default_rng(1).permutation(len(texts))))]:
+        other = links(encoder_batch_size, batch_size, order)
+        for text, ents in reference.items():
+            assert [(t, c) for t, c, _ in other[text]] == [(t, c) for t, c, _ in ents]
+            assert np.allclose([s for *_, s in other[text]], [s for *_, s in ents], atol=1e-6, rtol=0)
