@@ -158,19 +158,70 @@ def _index_matches(path: Path, fingerprint: str) -> bool:
         return False
     try:
         return json.loads(meta.read_text()).get("model_fingerprint") == fingerprint
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return False
+
+
+def _cached_index_intact(path: Path, fingerprint: str) -> bool:
+    """Whether the cached index at `path` was built for `fingerprint` and every file still
+    matches its checksum."""
+    if not _index_matches(path, fingerprint):
+        return False
+    from .index import verify_files
+
+    return verify_files(path, json.loads((path / "meta.json").read_text())) is None
 
 
 def write_to_cache(target: Path, write: Callable[[Path], object]) -> Path:
     """Have `write` fill a fresh staging folder in the cache, then move it to `target` in one
-    rename, so an interrupted build never leaves a half-written `target`; return `target`."""
-    staging = Path(tempfile.mkdtemp(dir=cache_dir()))
-    write(staging)
-    if target.exists():
-        shutil.rmtree(target)
-    staging.rename(target)
+    rename, so an interrupted build never leaves a half-written `target`; return `target`.
+    A failed write (disk full, read-only folder) leaves no staging folder and says what to do."""
+    try:
+        staging = Path(tempfile.mkdtemp(dir=cache_dir(), prefix=f".{target.name}-"))
+    except OSError as err:
+        raise ResourceError(_unwritable(err)) from None
+    try:
+        write(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ResourceError(_unwritable(err)) from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return target
+
+
+def _unwritable(err: OSError) -> str:
+    return (f"Cannot write the cache in {cache_dir()} ({err.strerror or err}); free space there or set "
+            "SPACY_SAPBERT_CACHE to a writable folder.")
+
+
+def cached_build(target: Path, build: Callable[[Path], object], intact: Callable[[Path], bool], what: str) -> Path:
+    """`target` in the cache, built by `build` (into a staging folder, see write_to_cache) unless
+    `intact(target)`. A file lock makes a second process wait for the first's build and reuse it;
+    a damaged or stale `target` is rebuilt with one warning."""
+    from filelock import FileLock
+
+    if intact(target):
+        return target
+    try:
+        lock = FileLock(str(target.with_name(f".{target.name}.lock")))
+        lock.acquire()
+    except OSError as err:
+        raise ResourceError(_unwritable(err)) from None
+    try:
+        if intact(target):  # another process built it while this one waited
+            return target
+        if target.exists():
+            logger.warning("The cached %s in %s is damaged or stale; building it again.", what, target)
+        else:
+            logger.warning("Building %s once; it is cached in %s.", what, target)
+        return write_to_cache(target, build)
+    finally:
+        lock.release()
 
 
 def exact_default_index_path(encoder) -> Path:
@@ -179,18 +230,20 @@ def exact_default_index_path(encoder) -> Path:
     index was not built with, the source of its compressed default."""
     kb_meta = bundled_index_meta() or {"kb_name": "mesh-C-F03-D"}
     cached = cache_dir() / f"index-{kb_meta['kb_name']}-{encoder.fingerprint}"
-    if not _index_matches(cached, encoder.fingerprint):
+
+    def build(staging: Path) -> None:
         from .encoder_base import exact_encoder
         from .index import ConceptIndex
 
         kb, label_types = default_kb()
-        logger.warning("Building the exact %s index for %s once; it is cached in %s.", kb.name, encoder, cached)
         index = ConceptIndex.build(kb, exact_encoder(encoder), show_progress=True)
         index.meta["label_types"] = label_types
         if kb_meta.get("name_precedence"):  # the names the bundled index leaves to preferred concepts
             index = index.converted("flat", prefer=kb_meta["name_precedence"])
-        write_to_cache(cached, index.save)
-    return cached
+        index.save(staging)
+
+    intact = lambda path: _cached_index_intact(path, encoder.fingerprint)  # noqa: E731
+    return cached_build(cached, build, intact, f"the exact {kb_meta['kb_name']} index for {encoder}")
 
 
 def default_index_path(encoder) -> Path:
@@ -206,15 +259,14 @@ def default_index_path(encoder) -> Path:
         graph_type = f"hnsw-{meta['index_type']}"
         digest = meta["files"]["index.faiss"]["sha256"][:16]
         cached = cache_dir() / f"index-bundled-{digest}-{graph_type}"
-        if not _index_matches(cached, encoder.fingerprint):
-            logger.warning("Building the bundled index's search graph once; it is cached in %s.", cached)
-            write_to_cache(cached, ConceptIndex.load(BUNDLED_INDEX).converted(graph_type).save)
-        return cached
-    exact = exact_default_index_path(encoder)
-    cached = exact.with_name(f"{exact.name}-{DEFAULT_INDEX_TYPE}")
-    if not _index_matches(cached, encoder.fingerprint):
-        write_to_cache(cached, ConceptIndex.load(exact).converted(DEFAULT_INDEX_TYPE).save)
-    return cached
+        source, what = BUNDLED_INDEX, "the bundled index's search graph"
+    else:
+        source = exact_default_index_path(encoder)
+        graph_type = DEFAULT_INDEX_TYPE
+        cached = source.with_name(f"{source.name}-{DEFAULT_INDEX_TYPE}")
+        what = f"the {graph_type} index of {source.name}"
+    return cached_build(cached, lambda staging: ConceptIndex.load(source).converted(graph_type).save(staging),
+                        lambda path: _cached_index_intact(path, encoder.fingerprint), what)
 
 
 def fast_model_path() -> Path:

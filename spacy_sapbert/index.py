@@ -162,6 +162,27 @@ def _search_params(index: faiss.Index, selector) -> faiss.SearchParameters:
     return faiss.SearchParameters(sel=selector)
 
 
+def verify_files(path: Path, meta: dict) -> Optional[str]:
+    """Why the files of the index at `path` do not match the sizes and checksums its meta.json
+    records (one sentence), or None when every one does."""
+    files = meta.get("files")
+    if not isinstance(files, dict) or not files:
+        return (f"{path / META_FILE} records no file checksums, so its files cannot be checked; "
+                "rebuild the index.")
+    for name, expected in files.items():
+        file = path / name
+        if not file.exists():
+            return f"{file} is missing; copy the whole index directory or rebuild it."
+        size = file.stat().st_size
+        if size != expected.get("bytes"):
+            return (f"{file} has {size} bytes but {expected.get('bytes')} were written, so it is "
+                    "truncated or was changed; copy it again or rebuild the index.")
+        if file_sha256(file) != expected.get("sha256"):
+            return (f"{file} does not match the checksum in {META_FILE}, so it is corrupted; "
+                    "copy it again or rebuild the index.")
+    return None
+
+
 class ConceptIndex:
     """Name vectors in FAISS, each row mapped to the concept it names.
 
@@ -442,21 +463,9 @@ class ConceptIndex:
                 f"{meta_path} has format version {meta.get('format_version')!r}, but this "
                 f"spacy-sapbert reads version {FORMAT_VERSION}; rebuild the index."
             )
-        for name, expected in meta.get("files", {}).items():
-            file = path / name
-            if not file.exists():
-                raise ConceptIndexError(f"{file} is missing; copy the whole index directory or rebuild it.")
-            size = file.stat().st_size
-            if size != expected["bytes"]:
-                raise ConceptIndexError(
-                    f"{file} has {size} bytes but {expected['bytes']} were written, so it is "
-                    "truncated or was changed; copy it again or rebuild the index."
-                )
-            if file_sha256(file) != expected["sha256"]:
-                raise ConceptIndexError(
-                    f"{file} does not match the checksum in {META_FILE}, so it is corrupted; "
-                    "copy it again or rebuild the index."
-                )
+        problem = verify_files(path, meta)
+        if problem:
+            raise ConceptIndexError(problem)
         kb_file = KB_FILE_GZ if KB_FILE_GZ in meta.get("files", {}) else KB_FILE
         try:
             kb = read_jsonl(path / kb_file, name=meta.get("kb_name"))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
-from .defaults import cache_dir, write_to_cache
+from .defaults import cache_dir, cached_build
 from .encoder_base import PRECISIONS, PROGRESS_MIN_TEXTS, SPARSE_FILE, EncoderError, file_sha256
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,26 @@ INT8_OPS = ("MatMul", "Gather")
 def is_onnx_dir(path: Union[str, Path]) -> bool:
     """Whether `path` is a directory written by `export_onnx`."""
     return (Path(path).expanduser() / ONNX_META).exists()
+
+
+def damaged_file(path: Path, meta: dict) -> Optional[str]:
+    """Why a file of the export at `path` no longer matches the size and checksum its meta
+    records (format 2 records them), or None."""
+    for name, expected in meta.get("files", {}).items():
+        file = path / name
+        if not file.exists() or file.stat().st_size != expected.get("bytes") or file_sha256(file) != expected.get("sha256"):
+            return f"{file} does not match the checksum in {path / ONNX_META}, so it is damaged; export the model again."
+    return None
+
+
+def _export_intact(path: Path) -> bool:
+    if not is_onnx_dir(path):
+        return False
+    try:
+        meta = json.loads((path / ONNX_META).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return meta.get("format_version") == ONNX_FORMAT_VERSION and "files" in meta and damaged_file(path, meta) is None
 
 
 class OnnxEncoder:
@@ -94,6 +114,9 @@ class OnnxEncoder:
         for name in (meta["file"], TOKENIZER_FILE):
             if not (path / name).exists():
                 raise EncoderError(f"{path / name} is missing; copy the whole exported directory or export again.")
+        problem = damaged_file(path, meta)
+        if problem:
+            raise EncoderError(problem)
         self.path = path
         self.meta = meta
         self.name_or_path = str(path)
@@ -270,6 +293,8 @@ def export_onnx(
         # the fp32 model that embeds names into this space: the model itself, or a student's teacher
         "exact_model": encoder.teacher or encoder.name_or_path,
         **quantisation,
+        "files": {name: {"bytes": (output / name).stat().st_size, "sha256": file_sha256(output / name)}
+                  for name in (ONNX_FILE, TOKENIZER_FILE)},
     }
     (output / ONNX_META).write_text(json.dumps(meta, indent=2) + "\n")
     return output
@@ -361,8 +386,6 @@ def exported_model(model: Union[str, Path], precision: str, pooling: str = "auto
     recipe = f"{_directory_digest(local)};{pooling};{max_length};{precision};{','.join(INT8_OPS)};{ONNX_FORMAT_VERSION}"
     key = hashlib.sha256(recipe.encode()).hexdigest()[:16]
     cached = cache_dir() / f"onnx-{precision}-{key}"
-    if not is_onnx_dir(cached):
-        logger.warning("Exporting %s to ONNX (%s) once; it is cached in %s.", local, precision, cached)
-        write_to_cache(cached, lambda staging: export_onnx(local, staging, pooling=pooling,
-                                                           max_length=max_length, precision=precision))
-    return cached
+    return cached_build(cached, lambda staging: export_onnx(local, staging, pooling=pooling, max_length=max_length,
+                                                            precision=precision),
+                        _export_intact, f"the {precision} ONNX export of {local}")

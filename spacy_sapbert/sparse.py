@@ -61,6 +61,11 @@ class HybridRescorer:
     def __init__(self, names: Optional[Sequence[str]], weight: float, state: Optional[Path] = None):
         self.weight = float(weight)
         if state is not None:
+            from .encoder_base import file_sha256
+
+            recorded = json.loads((state / "files.json").read_text(encoding="utf-8"))
+            if any(file_sha256(state / name) != digest for name, digest in recorded.items()) or len(recorded) != 3:
+                raise ValueError(f"a file of {state} does not match its checksum")
             self.vocabulary: Dict[str, int] = json.loads((state / "vocabulary.json").read_text(encoding="utf-8"))
             self.idf = np.load(state / "idf.npy")
             self.name_vectors = scipy.sparse.load_npz(state / "names.npz").tocsr()
@@ -77,6 +82,10 @@ class HybridRescorer:
         (folder / "vocabulary.json").write_text(json.dumps(self.vocabulary, ensure_ascii=False), encoding="utf-8")
         np.save(folder / "idf.npy", self.idf)
         scipy.sparse.save_npz(folder / "names.npz", self.name_vectors, compressed=False)
+        from .encoder_base import file_sha256
+
+        digests = {name: file_sha256(folder / name) for name in ("vocabulary.json", "idf.npy", "names.npz")}
+        (folder / "files.json").write_text(json.dumps(digests, indent=2))
 
     @classmethod
     def for_index(cls, index: "ConceptIndex", weight: float, cache: Optional[Path] = None) -> "HybridRescorer":
@@ -92,17 +101,24 @@ class HybridRescorer:
             [HYBRID_STATE_VERSION, kb_file["sha256"], files["rows.npy"]["sha256"],
              index.meta.get("name_precedence"), len(index)]).encode()).hexdigest()[:16]
         folder = cache / f"hybrid-{key}"
-        if folder.exists():
-            try:
-                return cls(None, weight, state=folder)
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-                logger.warning("Refitting the hybrid score's tf-idf: %s is unreadable (%s).", folder, err)
-        logger.warning("Fitting the hybrid score's char n-gram tf-idf once; it is cached in %s.", folder)
-        rescorer = cls(index.row_names(), weight)
-        from .defaults import write_to_cache
+        loaded: List["HybridRescorer"] = []
 
-        write_to_cache(folder, rescorer.save)
-        return rescorer
+        def intact(path: Path) -> bool:
+            if not loaded and path.exists():
+                try:
+                    loaded.append(cls(None, weight, state=path))
+                except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+                    return False
+            return bool(loaded)
+
+        def fit(staging: Path) -> None:
+            loaded.append(cls(index.row_names(), weight))
+            loaded[-1].save(staging)
+
+        from .defaults import cached_build
+
+        cached_build(folder, fit, intact, "the hybrid score's char n-gram tf-idf")
+        return loaded[-1]
 
     def transform(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
         """Unit tf-idf vectors of `texts` (n-grams the names lack are dropped), as scikit-learn's

@@ -1,0 +1,109 @@
+"""Caches heal themselves: a damaged artifact is rebuilt with one warning, a failed write leaves
+nothing behind and says what to do, and two processes build a cache entry once."""
+import errno
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spacy_sapbert import defaults
+from spacy_sapbert.defaults import ResourceError, cached_build
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _write(staging: Path) -> None:
+    (staging / "data.txt").write_text("payload")
+
+
+def _intact(path: Path) -> bool:
+    return (path / "data.txt").exists() and (path / "data.txt").read_text() == "payload"
+
+
+def _debris(cache: Path):
+    return [p.name for p in cache.iterdir() if not p.name.endswith(".lock") and p.name != "entry"]
+
+
+def test_a_damaged_entry_is_rebuilt_with_one_warning(cache, caplog):
+    target = defaults.cache_dir() / "entry"
+    cached_build(target, _write, _intact, "a test entry")
+    (target / "data.txt").write_text("overwritten")
+    with caplog.at_level(logging.WARNING, logger="spacy_sapbert.defaults"):
+        assert cached_build(target, _write, _intact, "a test entry") == target
+    assert _intact(target) and [r.message for r in caplog.records if "damaged" in r.message]
+    assert _debris(cache) == []
+
+
+def test_a_failed_write_leaves_no_staging_folder_and_names_the_way_out(cache):
+    target = defaults.cache_dir() / "entry"
+
+    def full_disk(staging: Path) -> None:
+        (staging / "part").write_text("half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(ResourceError, match=r"No space left on device.*SPACY_SAPBERT_CACHE"):
+        cached_build(target, full_disk, _intact, "a test entry")
+    assert not target.exists() and _debris(cache) == []
+
+
+def test_two_processes_build_an_entry_once(cache, tmp_path):
+    code = f"""
+import time
+from pathlib import Path
+from spacy_sapbert.defaults import cache_dir, cached_build
+def build(staging):
+    with open({str(tmp_path / "builds")!r}, "a") as f:
+        f.write("x")
+    time.sleep(1.5)
+    (staging / "data.txt").write_text("payload")
+intact = lambda p: (p / "data.txt").exists()
+cached_build(cache_dir() / "entry", build, intact, "a test entry")
+"""
+    env = {**__import__("os").environ, "SPACY_SAPBERT_CACHE": str(cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert (tmp_path / "builds").read_text() == "x"
+
+
+def test_a_damaged_cached_index_is_not_taken_as_intact(tiny_index_dir, tiny_encoder, tmp_path):
+    import shutil
+
+    copy = Path(shutil.copytree(tiny_index_dir, tmp_path / "index"))
+    assert defaults._cached_index_intact(copy, tiny_encoder.fingerprint)
+    rows = copy / "rows.npy"
+    data = bytearray(rows.read_bytes())
+    data[-1] ^= 0xFF
+    rows.write_bytes(bytes(data))
+    assert not defaults._cached_index_intact(copy, tiny_encoder.fingerprint)
+    meta = json.loads((copy / "meta.json").read_text())
+    del meta["files"]
+    (copy / "meta.json").write_text(json.dumps(meta))
+    from spacy_sapbert.index import ConceptIndex, ConceptIndexError
+
+    with pytest.raises(ConceptIndexError, match="records no file checksums"):
+        ConceptIndex.load(copy)
+
+
+def test_a_damaged_onnx_export_is_exported_again_and_a_given_one_refused(cache, tiny_model, caplog):
+    from spacy_sapbert.encoder_base import EncoderError
+    from spacy_sapbert.onnx_encoder import OnnxEncoder, exported_model
+
+    first = exported_model(tiny_model, "int8")
+    vectors = OnnxEncoder(first).encode(["lactic acidosis"])
+    onnx_file = first / "model.onnx"
+    data = bytearray(onnx_file.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 200] = bytes(200)  # 200 bytes of weights overwritten
+    onnx_file.write_bytes(bytes(data))
+    with pytest.raises(EncoderError, match=r"model.onnx does not match the checksum"):
+        OnnxEncoder(first)
+    with caplog.at_level(logging.WARNING, logger="spacy_sapbert.defaults"):
+        again = exported_model(tiny_model, "int8")
+    assert again == first and [r for r in caplog.records if "damaged" in r.message]
+    assert (OnnxEncoder(again).encode(["lactic acidosis"]) == vectors).all()
