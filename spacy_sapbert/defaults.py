@@ -202,7 +202,8 @@ def _unwritable(err: OSError) -> str:
 def cached_build(target: Path, build: Callable[[Path], object], intact: Callable[[Path], bool], what: str) -> Path:
     """`target` in the cache, built by `build` (into a staging folder, see write_to_cache) unless
     `intact(target)`. A file lock makes a second process wait for the first's build and reuse it;
-    a damaged or stale `target` is rebuilt with one warning."""
+    a damaged or stale `target` is rebuilt with one warning. what: what it is, for the warnings
+    ("bundled index's search graph")."""
     from filelock import FileLock
 
     if intact(target):
@@ -218,7 +219,7 @@ def cached_build(target: Path, build: Callable[[Path], object], intact: Callable
         if target.exists():
             logger.warning("The cached %s in %s is damaged or stale; building it again.", what, target)
         else:
-            logger.warning("Building %s once; it is cached in %s.", what, target)
+            logger.warning("Building the %s once; it is cached in %s.", what, target)
         return write_to_cache(target, build)
     finally:
         lock.release()
@@ -243,7 +244,7 @@ def exact_default_index_path(encoder) -> Path:
         index.save(staging)
 
     intact = lambda path: _cached_index_intact(path, encoder.fingerprint)  # noqa: E731
-    return cached_build(cached, build, intact, f"the exact {kb_meta['kb_name']} index for {encoder}")
+    return cached_build(cached, build, intact, f"exact {kb_meta['kb_name']} index for {encoder}")
 
 
 def default_index_path(encoder) -> Path:
@@ -259,12 +260,12 @@ def default_index_path(encoder) -> Path:
         graph_type = f"hnsw-{meta['index_type']}"
         digest = meta["files"]["index.faiss"]["sha256"][:16]
         cached = cache_dir() / f"index-bundled-{digest}-{graph_type}"
-        source, what = BUNDLED_INDEX, "the bundled index's search graph"
+        source, what = BUNDLED_INDEX, "bundled index's search graph"
     else:
         source = exact_default_index_path(encoder)
         graph_type = DEFAULT_INDEX_TYPE
         cached = source.with_name(f"{source.name}-{DEFAULT_INDEX_TYPE}")
-        what = f"the {graph_type} index of {source.name}"
+        what = f"{graph_type} index of {source.name}"
     return cached_build(cached, lambda staging: ConceptIndex.load(source).converted(graph_type).save(staging),
                         lambda path: _cached_index_intact(path, encoder.fingerprint), what)
 

@@ -117,7 +117,7 @@ class HybridRescorer:
 
         from .defaults import cached_build
 
-        cached_build(folder, fit, intact, "the hybrid score's char n-gram tf-idf")
+        cached_build(folder, fit, intact, "hybrid score's char n-gram tf-idf of the names")
         return loaded[-1]
 
     def transform(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
