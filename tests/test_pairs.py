@@ -281,3 +281,17 @@ def test_a_mondo_concept_whose_mesh_xrefs_name_one_mesh_concept_folds_into_it():
     assert "LCAT deficiency variant" in folded.cui_to_entity["D007863"].names
     # several MeSH targets, or none, leave the concept as it is
     assert folded.resolve_id("MONDO:2") == "MONDO:2" and folded.resolve_id("MONDO:3") == "MONDO:3"
+
+
+def test_a_pairs_file_names_the_line_that_is_not_utf8_and_drops_a_bom(tmp_path):
+    from training.pairs import PairFormatError
+
+    lines = [f"C{i}||name {i}||synonym {i}\n".encode() for i in range(1, 3000)]
+    lines[2400] = b"C2401||caf\xe9||cafe\n"  # Latin-1, deep enough to fall in a later read block
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"".join(lines))
+    with pytest.raises(PairFormatError, match=r"bad\.txt:2401: is not valid UTF-8"):
+        read_pairs(bad)
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes("\ufeffC1||a||b\r\nC2||c||d\n".encode("utf-8"))
+    assert read_pairs(bom) == [("C1", "a", "b"), ("C2", "c", "d")]

@@ -330,6 +330,7 @@ def test_resume_with_another_process_count_is_refused(tiny_model, tiny_pairs, tm
     state = torch.load(state_file, weights_only=False)
     state["world_size"] = 4
     torch.save(state, state_file)
+    _rewrite_manifest(state_file.parent)  # a genuine checkpoint of 4 processes, not a damaged one
     with pytest.raises(TrainingConfigError, match="written by 4 processes, not 1"):
         Trainer(tiny_config(tiny_model, max_steps=3), tiny_pairs, tmp_path).train(resume=True)
 
@@ -368,3 +369,51 @@ def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, ti
     fp32, fp16 = Encoder(final), Encoder(packaged)
     assert fp16.pooling == "mean"
     assert float((fp32.encode(["lactic acidosis"]) * fp16.encode(["lactic acidosis"])).sum()) > 0.99
+
+
+def _rewrite_manifest(checkpoint):
+    from training.loop import MANIFEST_FILE
+    from spacy_sapbert.encoder_base import file_sha256
+
+    files = sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+    (checkpoint / MANIFEST_FILE).write_text(json.dumps({str(p.relative_to(checkpoint)): file_sha256(p) for p in files}))
+
+
+@pytest.mark.parametrize("damage", ["truncated state", "empty state", "overwritten weights"])
+def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tiny_model, tiny_pairs, tmp_path, caplog, damage):
+    reference = Trainer(tiny_config(tiny_model, max_steps=4, save_every=2), tiny_pairs, tmp_path / "ref").train()
+    run = tmp_path / "run"
+    Trainer(tiny_config(tiny_model, max_steps=4, save_every=1, keep_checkpoints=2), tiny_pairs, run).train()
+    latest = latest_checkpoint(run)
+    assert latest.name == "step-00000004"
+    if damage == "truncated state":
+        data = (latest / "state.pt").read_bytes()
+        (latest / "state.pt").write_bytes(data[: len(data) // 2])
+    elif damage == "empty state":
+        (latest / "state.pt").write_bytes(b"")
+    else:
+        weights = next((latest / "model").glob("*.safetensors"))
+        data = bytearray(weights.read_bytes())
+        data[-300:-100] = bytes(200)
+        weights.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="training.loop"):
+        final = Trainer(tiny_config(tiny_model, max_steps=4, save_every=1, keep_checkpoints=2), tiny_pairs, run).train(resume=True)
+    assert any("step-00000004 is damaged" in r.message for r in caplog.records)
+    from safetensors.torch import load_file
+
+    ours, theirs = load_file(next(final.glob("*.safetensors"))), load_file(next(reference.glob("*.safetensors")))
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)  # resumed from step 3 to the same weights
+
+
+def test_resume_refuses_other_settings_and_data_unless_allowed(tiny_model, tiny_pairs, tmp_path):
+    Trainer(tiny_config(tiny_model, max_steps=2, save_every=1), tiny_pairs, tmp_path).train()
+    with pytest.raises(TrainingConfigError, match=r"training.batch_size was 64 in the checkpoint and is 32 now"):
+        Trainer(tiny_config(tiny_model, max_steps=3, batch_size=32), tiny_pairs, tmp_path).train(resume=True)
+    with pytest.raises(TrainingConfigError, match=r"max_steps 1 is below the checkpoint's step 2"):
+        Trainer(tiny_config(tiny_model, max_steps=1), tiny_pairs, tmp_path).train(resume=True)
+    other = tmp_path / "other_pairs.txt"
+    other.write_text(tiny_pairs.read_text() + "X1||extra name||another name\n")
+    with pytest.raises(TrainingConfigError, match=r"the checkpoint trained on"):
+        Trainer(tiny_config(tiny_model, max_steps=3), other, tmp_path).train(resume=True)
+    allowed = tiny_config(tiny_model, max_steps=3, batch_size=32, allow_changed_resume=True)
+    assert Trainer(allowed, tiny_pairs, tmp_path).train(resume=True).exists()

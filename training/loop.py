@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import os
+import pickle
 import platform
 import random
 import re
@@ -98,6 +99,9 @@ class OptimConfig:
     save_every: checkpoint every this many steps (and always at the end).
     keep_checkpoints: how many recent checkpoints to keep.
     log_every: write a metrics line every this many steps.
+    allow_changed_resume: let --resume continue with settings or data other than the
+        checkpoint's (off: refused, naming the first difference; max_steps, max_minutes and
+        the checkpoint and logging settings may always change).
     """
 
     batch_size: int = 256
@@ -116,6 +120,7 @@ class OptimConfig:
     save_every: int = 1000
     keep_checkpoints: int = 2
     log_every: int = 10
+    allow_changed_resume: bool = False
 
 
 @dataclass
@@ -398,14 +403,53 @@ def keep_layers(model: torch.nn.Module, layers: Sequence[int]) -> torch.nn.Modul
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
-def latest_checkpoint(output: PathLike) -> Optional[Path]:
-    """The most recent complete checkpoint under output/checkpoints, or None."""
+def checkpoints(output: PathLike) -> List[Path]:
+    """The complete checkpoints under output/checkpoints, newest first."""
     folder = Path(output) / CHECKPOINT_DIR
     if not folder.exists():
-        return None
+        return []
     steps = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _STEP_DIR.match(p.name))]
-    complete = [(s, p) for s, p in steps if (p / STATE_FILE).exists()]
-    return max(complete)[1] if complete else None
+    return [p for _, p in sorted(steps, reverse=True) if (p / STATE_FILE).exists()]
+
+
+def latest_checkpoint(output: PathLike) -> Optional[Path]:
+    """The most recent complete checkpoint under output/checkpoints, or None."""
+    found = checkpoints(output)
+    return found[0] if found else None
+
+
+# Written last into a checkpoint: every other file's sha256, so a damaged one is noticed.
+MANIFEST_FILE = "files.json"
+# Settings a resumed run may change: they do not alter what the finished run computes.
+RESUMABLE_CHANGES = {"training.max_steps", "training.max_minutes", "training.save_every",
+                     "training.keep_checkpoints", "training.log_every", "training.device", "training.compile"}
+
+
+def _flat(config: dict, prefix: str = "") -> Dict[str, object]:
+    out: Dict[str, object] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def read_checkpoint(checkpoint: Path) -> dict:
+    """A checkpoint's state, once its files match their manifest; OSError or ValueError when a
+    file is damaged (truncated, emptied, overwritten)."""
+    manifest = checkpoint / MANIFEST_FILE
+    if manifest.exists():
+        for name, digest in json.loads(manifest.read_text()).items():
+            if file_sha256(checkpoint / name) != digest:
+                raise ValueError(f"{checkpoint / name} does not match its checksum")
+    try:
+        state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
+        raise ValueError(f"{checkpoint / STATE_FILE} is unreadable ({err})") from None
+    if not isinstance(state, dict) or "step" not in state:
+        raise ValueError(f"{checkpoint / STATE_FILE} holds no training state")
+    return state
 
 
 class Trainer:
@@ -466,9 +510,7 @@ class Trainer:
         cfg, run = self.config, self.config.training
         device = self._device()
         self._init_distributed(device)
-        checkpoint = latest_checkpoint(self.output) if resume else None
-        if resume and checkpoint is None:
-            logger.warning("--resume found no checkpoint under %s; starting from the beginning.", self.output)
+        checkpoint, state = self._intact_checkpoint() if resume else (None, None)
         seed_everything(run.seed + self.dist.rank)
         source = checkpoint / "model" if checkpoint else cfg.model.name_or_path
         tokenizer, model = self._load_model(source)
@@ -500,7 +542,7 @@ class Trainer:
 
         step = 0
         if checkpoint is not None:
-            state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=False)
+            self._check_resumable(state, max_steps)
             if state["world_size"] != self.dist.world_size:
                 raise TrainingConfigError(
                     f"{checkpoint} was written by {state['world_size']} processes, not {self.dist.world_size}; "
@@ -672,6 +714,53 @@ class Trainer:
                 if line.strip() and json.loads(line)["step"] <= step]
         path.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
 
+    def _intact_checkpoint(self) -> Tuple[Optional[Path], Optional[dict]]:
+        """The newest checkpoint whose files are intact, with its state; a damaged one is passed
+        over with a warning (None, None when there is none at all)."""
+        found = checkpoints(self.output)
+        if not found:
+            logger.warning("--resume found no checkpoint under %s; starting from the beginning.", self.output)
+            return None, None
+        for checkpoint in found:
+            try:
+                return checkpoint, read_checkpoint(checkpoint)
+            except (OSError, ValueError) as err:
+                logger.warning("Checkpoint %s is damaged (%s); trying the one before it.", checkpoint.name, err)
+        raise TrainingConfigError(
+            f"Every checkpoint under {self.output / CHECKPOINT_DIR} is damaged; move that folder away to start "
+            "over, or resume from a copy."
+        )
+
+    def _data_identity(self) -> dict:
+        """What the run trains on, as a resumed run must find it again."""
+        if self.pairs_path is not None and self.config.objective.loss != "synonym_marginal":
+            return {"pairs_sha256": file_sha256(self.pairs_path)}
+        return {"keys": [f"{k}*{r}" if r > 1 else str(k) for k, r in self.keys]}
+
+    def _check_resumable(self, state: dict, max_steps: int) -> None:
+        """Refuse to resume with settings or data other than the checkpoint's (naming the first
+        that differs), unless [training] allow_changed_resume says otherwise."""
+        if self.config.training.allow_changed_resume:
+            return
+        then, now = _flat(state.get("config", {})), _flat(self.config.to_dict())
+        changed = sorted(k for k in set(then) | set(now)
+                         if k not in RESUMABLE_CHANGES and k != "training.allow_changed_resume" and then.get(k) != now.get(k))
+        if "config" in state and changed:
+            raise TrainingConfigError(
+                f"--resume: {changed[0]} was {then.get(changed[0])!r} in the checkpoint and is {now.get(changed[0])!r} "
+                "now; resume with the checkpoint's settings, or set --training.allow_changed_resume true."
+            )
+        if "data" in state and state["data"] != self._data_identity():
+            raise TrainingConfigError(
+                f"--resume: the checkpoint trained on {state['data']}, this run on {self._data_identity()}; resume "
+                "with the same data, or set --training.allow_changed_resume true."
+            )
+        if max_steps < state["step"]:
+            raise TrainingConfigError(
+                f"--resume: max_steps {max_steps} is below the checkpoint's step {state['step']}; raise it, or set "
+                "--training.allow_changed_resume true."
+            )
+
     def _checkpoint(self, encoder, tokenizer, optimizer, scheduler, scaler, step: int, elapsed: float) -> None:
         rng = [_rng_state()]
         if self.dist.world_size > 1:
@@ -688,8 +777,11 @@ class Trainer:
                 "step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "objective": self.objective.state_dict(),
                 "scaler": scaler.state_dict(), "rng": rng, "world_size": self.dist.world_size,
-                "elapsed": elapsed, "config": self.config.to_dict(),
+                "elapsed": elapsed, "config": self.config.to_dict(), "data": self._data_identity(),
             }, staging / STATE_FILE)
+            files = sorted(p for p in staging.rglob("*") if p.is_file())
+            (staging / MANIFEST_FILE).write_text(json.dumps(
+                {str(p.relative_to(staging)): file_sha256(p) for p in files}, indent=1))
             if target.exists():
                 shutil.rmtree(target)
             # A rename is atomic: a run killed mid-save leaves the previous checkpoint whole.

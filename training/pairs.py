@@ -571,11 +571,13 @@ def read_pairs(path: PathLike) -> List[Pair]:
         raise FileNotFoundError(f"Pairs file {path} does not exist; build it with `python -m training.pairs`.")
     opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
     pairs: List[Pair] = []
-    line_no = 0
     try:
-        with opener(path, "rb") as raw, io.TextIOWrapper(raw, encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, start=1):
-                line = line.rstrip("\r\n")
+        with opener(path, "rb") as raw:
+            for line_no, data in enumerate(raw, start=1):
+                try:  # line by line, so an error names its own line
+                    line = data.decode("utf-8-sig" if line_no == 1 else "utf-8").rstrip("\r\n")
+                except UnicodeDecodeError:
+                    raise PairFormatError(f"{path}:{line_no}: is not valid UTF-8; re-encode the file as UTF-8.") from None
                 if not line.strip():
                     continue
                 parts = line.split(SEPARATOR)
@@ -586,10 +588,6 @@ def read_pairs(path: PathLike) -> List[Pair]:
                         "fix or remove that line."
                     )
                 pairs.append((parts[0], parts[1], parts[2]))
-    except UnicodeDecodeError:
-        raise PairFormatError(
-            f"{path}: is not valid UTF-8 after line {line_no}; re-encode the file as UTF-8."
-        ) from None
     except (gzip.BadGzipFile, lzma.LZMAError, EOFError) as err:
         raise PairFormatError(
             f"{path}: is not a complete {'gzip' if path.suffix == '.gz' else 'xz'} file ({err}); rewrite it, or drop the "
