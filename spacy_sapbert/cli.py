@@ -84,7 +84,7 @@ def build_index(
     """Embed every name of a knowledge base and write a FAISS concept index."""
     from .defaults import resolve_model
     from .encoder import Encoder
-    from .index import ConceptIndex
+    from .index import ConceptIndex, check_label_types
     from .kb import load_kb
 
     kwargs: Dict[str, object] = {}
@@ -96,6 +96,10 @@ def build_index(
         mapping = json.loads(label_types) if label_types else (MESH_LABEL_TYPES if format == KBFormat.mesh else {})
     except json.JSONDecodeError as err:
         _fail(ValueError(f"--label-types is not valid JSON ({err.msg}); give e.g. '{{\"Disease\": [\"C\"]}}'."))
+    try:
+        check_label_types(mapping, "--label-types")
+    except _user_errors() as err:
+        _fail(err)
     try:
         knowledge_base = load_kb(kb, format.value, **kwargs)
         msg.info(f"{kb}: {len(knowledge_base)} concepts, {knowledge_base.n_names} names")
@@ -235,10 +239,17 @@ def info(path: Path = typer.Argument(..., help="An index directory, or a pipelin
     meta_path = next((p for p in candidates if p.exists()), None)
     if meta_path is None:
         _fail(FileNotFoundError(f"{path} holds no concept index ({META_FILE}); give an index or pipeline directory."))
-    meta = json.loads(meta_path.read_text())
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        _fail(ValueError(f"{meta_path} is not a valid index meta.json ({err}); rebuild the index."))
     rows = [(key, value) for key, value in meta.items() if key not in ("files", "label_types")]
     rows.append(("label_types", json.dumps(meta.get("label_types", {}))))
-    rows.append(("size", f"{sum(f['bytes'] for f in meta.get('files', {}).values()) / 1e6:.1f} MB"))
+    files = meta.get("files") if isinstance(meta.get("files"), dict) else {}
+    size = sum(f.get("bytes", 0) for f in files.values() if isinstance(f, dict) and isinstance(f.get("bytes", 0), int))
+    rows.append(("size", f"{size / 1e6:.1f} MB" if files else "unknown (no file records)"))
     msg.table(rows, title=str(meta_path.parent), divider=True)
 
 

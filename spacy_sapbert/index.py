@@ -162,6 +162,22 @@ def _search_params(index: faiss.Index, selector) -> faiss.SearchParameters:
     return faiss.SearchParameters(sel=selector)
 
 
+def check_label_types(mapping, where: str) -> Dict[str, List[str]]:
+    """`mapping` when it maps entity labels to lists of concept-type prefixes; else one sentence
+    (ConceptIndexError) naming `where`."""
+    if mapping is None:
+        mapping = {}
+    if not (isinstance(mapping, dict) and all(
+            isinstance(label, str) and isinstance(prefixes, list) and all(isinstance(p, str) for p in prefixes)
+            for label, prefixes in mapping.items())):
+        shown = json.dumps(mapping, default=str)
+        raise ConceptIndexError(
+            f"{where} must map entity labels to lists of concept-type prefixes, such as "
+            f'{{"Disease": ["C", "F03"], "Chemical": ["D"]}}, not {shown[:80]}.'
+        )
+    return mapping
+
+
 def verify_files(path: Path, meta: dict) -> Optional[str]:
     """Why the files of the index at `path` do not match the sizes and checksums its meta.json
     records (one sentence), or None when every one does."""
@@ -481,6 +497,12 @@ class ConceptIndex:
                 f"({len(rows)} rows) and the KB ({len(kb)} concepts) disagree with {META_FILE}; "
                 "rebuild the index."
             )
+        if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer) or (len(rows) and (rows.min() < 0 or rows.max() >= len(kb))):
+            raise ConceptIndexError(
+                f"{path / ROWS_FILE} maps rows to concepts outside the KB's {len(kb)} (it must hold one concept "
+                "position per row); rebuild the index."
+            )
+        check_label_types(meta.get("label_types", {}), f"{meta_path}'s label_types")
         loaded = cls(kb, index, rows, meta)
         if encoder is not None:
             loaded.check_encoder(encoder, where=f"The index at {path}")

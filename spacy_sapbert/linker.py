@@ -12,7 +12,7 @@ from spacy.tokens import Doc, Span
 from spacy.util import minibatch
 
 from .defaults import DEFAULT, resolve_index, resolve_model
-from .index import Candidates, ConceptIndex, ConceptIndexError
+from .index import Candidates, ConceptIndex, ConceptIndexError, check_label_types
 from .kb import name_key
 
 logger = logging.getLogger(__name__)
@@ -246,6 +246,8 @@ class SapBERTLinker(Pipe):
         return self.label_types
 
     def _check_label_types(self) -> None:
+        if self.label_types is not None:
+            check_label_types(self.label_types, "sapbert_linker's label_types")
         for label, prefixes in self._effective_label_types().items():
             if prefixes and self.index._selector(prefixes)[1] == 0:
                 raise ConceptIndexError(

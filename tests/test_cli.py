@@ -89,3 +89,48 @@ def test_export_onnx_and_convert_index(cli_index, tiny_model, tmp_path):
     assert json.loads((tmp_path / "compact" / "meta.json").read_text())["index_type"] == "hnsw-sq8"
     result = runner.invoke(app, ["convert-index", str(tmp_path / "compact"), str(tmp_path / "again")])
     assert result.exit_code == 1 and "approximate vectors" in said(result)
+
+
+def test_label_types_of_the_wrong_shape_are_refused_where_given(tiny_kb_file, tiny_model, cli_index, tmp_path):
+    import shutil
+
+    import numpy as np
+
+    from spacy_sapbert.index import ConceptIndex, ConceptIndexError
+
+    result = runner.invoke(app, ["build-index", "--kb", str(tiny_kb_file), "--format", "jsonl", "--model", str(tiny_model),
+                                 "--output", str(tmp_path / "o"), "--label-types", '["Disease"]'])
+    assert result.exit_code == 1 and "--label-types must map entity labels" in " ".join(result.output.split())
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    bad = shutil.copytree(cli_index, tmp_path / "bad-types")
+    meta = json.loads((bad / "meta.json").read_text())
+    meta["label_types"] = ["Disease"]
+    (bad / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ConceptIndexError, match="label_types must map entity labels"):
+        ConceptIndex.load(bad)
+
+
+def test_rows_outside_the_kb_are_refused_at_load_even_with_fresh_checksums(cli_index, tmp_path):
+    import shutil
+
+    import numpy as np
+
+    from spacy_sapbert.encoder_base import file_sha256
+    from spacy_sapbert.index import ConceptIndex, ConceptIndexError
+
+    bad = shutil.copytree(cli_index, tmp_path / "bad-rows")
+    rows = np.load(bad / "rows.npy")
+    rows[-1] = 10_000
+    np.save(bad / "rows.npy", rows)
+    meta = json.loads((bad / "meta.json").read_text())
+    meta["files"]["rows.npy"] = {"bytes": (bad / "rows.npy").stat().st_size, "sha256": file_sha256(bad / "rows.npy")}
+    (bad / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ConceptIndexError, match="maps rows to concepts outside the KB"):
+        ConceptIndex.load(bad)
+
+
+def test_info_on_a_broken_meta_json_is_one_sentence(tmp_path):
+    (tmp_path / "meta.json").write_text("{not json")
+    result = runner.invoke(app, ["info", str(tmp_path)])
+    assert result.exit_code == 1 and "is not a valid index meta.json" in " ".join(result.output.split())
+    assert result.exception is None or isinstance(result.exception, SystemExit)
