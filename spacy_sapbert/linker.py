@@ -165,6 +165,8 @@ class SapBERTLinker(Pipe):
         score_attr: str = "cui_score",
         candidates_attr: str = "kb_ents",
     ):
+        from .encoder_base import POOLINGS, PRECISIONS
+
         if cache_size < 0:
             raise ValueError(f"cache_size ({cache_size}) must be 0 (off) or more; set it in the sapbert_linker config.")
         if k < 1 or max_entities_per_mention < 1:
@@ -172,6 +174,20 @@ class SapBERTLinker(Pipe):
                 f"k ({k}) and max_entities_per_mention ({max_entities_per_mention}) must be at "
                 "least 1; set them in the sapbert_linker config."
             )
+        # Checked here, at add_pipe, not after a model export or at the first doc.
+        for key, value, least in (("batch_size", batch_size, 1), ("encoder_batch_size", encoder_batch_size, 1),
+                                  ("max_length", max_length, 1), ("threads", threads, 0)):
+            if value < least:
+                raise ValueError(f"{key} ({value}) must be at least {least}; set it in the sapbert_linker config.")
+        if max_entities_per_mention > k:
+            raise ValueError(f"max_entities_per_mention ({max_entities_per_mention}) cannot exceed k ({k}), the "
+                             "concepts retrieved per mention; raise k or lower it in the sapbert_linker config.")
+        if pooling not in POOLINGS + ("auto",):
+            raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)} or auto; set it in the "
+                             "sapbert_linker config.")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}; set it in the "
+                             "sapbert_linker config.")
         self.vocab = vocab
         self.name = name
         self.model_name = model
@@ -181,7 +197,7 @@ class SapBERTLinker(Pipe):
         self.max_entities_per_mention = max_entities_per_mention
         self.resolve_abbreviations = resolve_abbreviations
         self.link_labels = list(labels)
-        self.label_types = label_types
+        self.label_types = label_types  # labels match case-insensitively (DISEASE is Disease)
         self.batch_size = batch_size
         self.encoder_batch_size = encoder_batch_size
         self.cache_size = cache_size
@@ -245,6 +261,11 @@ class SapBERTLinker(Pipe):
             return self.index.meta.get("label_types", {}) if self.index else {}
         return self.label_types
 
+    def _types_by_label(self) -> Dict[str, Tuple[str, ...]]:
+        """Lower-cased entity label → allowed type prefixes: scispaCy's en_ner_bc5cdr_md says
+        DISEASE and CHEMICAL where the bundled index says Disease and Chemical."""
+        return {label.lower(): tuple(prefixes) for label, prefixes in self._effective_label_types().items()}
+
     def _check_label_types(self) -> None:
         if self.label_types is not None:
             check_label_types(self.label_types, "sapbert_linker's label_types")
@@ -283,22 +304,25 @@ class SapBERTLinker(Pipe):
         """Candidates for every entity of every doc (None for entities whose label is not
         linked), from one encoder call over the batch's distinct mention texts."""
         self._ensure_loaded()
-        label_types = self._effective_label_types()
+        types_by_label = self._types_by_label()
+        link_labels = {label.lower() for label in self.link_labels}
         wanted: List[List[Optional[Tuple[str, Tuple[str, ...]]]]] = []
         for doc in docs:
             abbreviations = self._abbreviations(doc) if self.resolve_abbreviations else {}
             keys = []
             for ent in doc.ents:
-                if self.link_labels and ent.label_ not in self.link_labels:
+                if link_labels and ent.label_.lower() not in link_labels:
                     keys.append(None)
                     continue
-                types = tuple(label_types.get(ent.label_, ()))
+                types = types_by_label.get(ent.label_.lower(), ())
                 keys.append((self._mention_text(ent, abbreviations), types))
             wanted.append(keys)
         distinct = sorted({key for keys in wanted for key in keys if key is not None})
         found: Dict[Tuple[str, Tuple[str, ...]], Candidates] = {}
         for key in distinct:
-            if key in self._cache:
+            if not any(ch.isalnum() for ch in key[0]):  # spaces, punctuation, control characters
+                found[key] = []  # nothing to link: cui None, no candidates
+            elif key in self._cache:
                 self._cache.move_to_end(key)
                 found[key] = self._cache[key]
         missing = [key for key in distinct if key not in found]

@@ -253,3 +253,34 @@ def test_ncbi_dev_links_the_same_whatever_the_batching():
         for i, ents in reference.items():
             assert [c for c, _ in other[i]] == [c for c, _ in ents], texts[i][0][:80]
             assert np.allclose([s for _, s in other[i]], [s for _, s in ents], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("config, key", [
+    ({"encoder_batch_size": 0}, "encoder_batch_size"), ({"batch_size": 0}, "batch_size"),
+    ({"threads": -1}, "threads"), ({"max_length": 0}, "max_length"), ({"pooling": "max"}, "pooling"),
+    ({"precision": "int4"}, "precision"), ({"k": 3, "max_entities_per_mention": 5}, "max_entities_per_mention"),
+])
+def test_each_bad_setting_fails_at_add_pipe_naming_its_key(config, key, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path))
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match=key):
+        nlp.add_pipe("sapbert_linker", config=config)
+    assert list(tmp_path.iterdir()) == []  # nothing exported or built first
+
+
+def test_labels_match_whatever_their_case_and_text_without_letters_is_not_linked(tiny_model, tiny_index_dir):
+    from spacy.tokens import Span
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir),
+                                           "label_types": {"Chemical": ["D"]}, "threshold": -1.0})
+    doc = nlp.make_doc("metformin and lactic acidosis , then ...")
+    doc.ents = [Span(doc, 0, 1, "CHEMICAL"), Span(doc, 2, 4, "Chemical"), Span(doc, 4, 5, "Chemical"),
+                Span(doc, 6, 7, "Chemical")]
+    doc = nlp.get_pipe("sapbert_linker")(doc)
+    kb = nlp.get_pipe("sapbert_linker").kb
+    upper, lactic, comma, dots = doc.ents
+    for ent in (upper, lactic):  # both labels filtered to tree D, as Chemical is
+        assert ent._.kb_ents and all(any(t.startswith("D") for t in kb.cui_to_entity[c].types) for c, _ in ent._.kb_ents)
+    for ent in (comma, dots):
+        assert ent._.cui is None and ent._.kb_ents == []
