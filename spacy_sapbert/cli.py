@@ -230,13 +230,22 @@ def export_onnx_command(
     msg.good(f"Wrote the {precision.value} ONNX encoder ({size / 1e6:.1f} MB) to {path}")
 
 
+def _is_spacy_meta(path: Path) -> bool:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(meta, dict) and "lang" in meta and "pipeline" in meta
+
+
 @app.command("info")
 def info(path: Path = typer.Argument(..., help="An index directory, or a pipeline directory holding sapbert_linker.")):
     """Show what an index (or a saved pipeline's linker) was built from."""
     from .index import META_FILE
 
-    candidates = [path / META_FILE, path / "index" / META_FILE, path / "sapbert_linker" / "index" / META_FILE]
-    meta_path = next((p for p in candidates if p.exists()), None)
+    # A saved pipeline's own meta.json is spaCy's; its linker keeps the index in <component>/index.
+    candidates = [path / META_FILE, path / "index" / META_FILE, *sorted(path.glob(f"*/index/{META_FILE}"))]
+    meta_path = next((p for p in candidates if p.exists() and not _is_spacy_meta(p)), None)
     if meta_path is None:
         _fail(FileNotFoundError(f"{path} holds no concept index ({META_FILE}); give an index or pipeline directory."))
     try:

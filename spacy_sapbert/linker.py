@@ -295,6 +295,10 @@ class SapBERTLinker(Pipe):
             return {}
         found = {}
         for short in doc._.abbreviations or []:
+            if isinstance(short, dict):  # AbbreviationDetector(make_serializable=True)
+                if short.get("short_text") and short.get("long_text"):
+                    found.setdefault(short["short_text"], short["long_text"])
+                continue
             long_form = getattr(short._, "long_form", None) if Span.has_extension("long_form") else None
             if long_form is not None:
                 found.setdefault(short.text, long_form.text)

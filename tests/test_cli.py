@@ -134,3 +134,13 @@ def test_info_on_a_broken_meta_json_is_one_sentence(tmp_path):
     result = runner.invoke(app, ["info", str(tmp_path)])
     assert result.exit_code == 1 and "is not a valid index meta.json" in " ".join(result.output.split())
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_info_on_a_saved_pipeline_shows_its_linker_index(cli_index, tiny_model, tmp_path):
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", name="linker", config={"model": str(tiny_model), "index": str(cli_index)})
+    nlp.to_disk(tmp_path / "pipeline")
+    result = runner.invoke(app, ["info", str(tmp_path / "pipeline")])
+    assert result.exit_code == 0 and "model_fingerprint" in said(result) and "lang" not in said(result).split()

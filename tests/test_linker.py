@@ -61,11 +61,13 @@ def test_label_types_that_match_nothing_are_refused(tiny_model, tiny_index_dir):
         nlp.get_pipe("sapbert_linker").initialize()
 
 
-def test_abbreviations_resolve_to_long_form(tiny_model, tiny_index_dir):
+@pytest.mark.parametrize("serializable", [False, True])
+def test_abbreviations_resolve_to_long_form(tiny_model, tiny_index_dir, serializable):
     import scispacy.abbreviation  # noqa: F401
 
     nlp = ruler_nlp(DEMO_PATTERNS)
-    nlp.add_pipe("abbreviation_detector")
+    # make_serializable=True (for n_process > 1) gives dicts instead of spans
+    nlp.add_pipe("abbreviation_detector", config={"make_serializable": serializable})
     config = {"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0}
     nlp.add_pipe("sapbert_linker", config=config)
     text = "Acute renal failure (ARF) was seen. Later ARF recurred."
