@@ -18,6 +18,7 @@ _EXPORTS = {
     "write_jsonl": "kb",
     "SapBERTLinker": "linker",
     "make_sapbert_linker": "linker",
+    "load_ner": "demo",
 }
 
 __all__ = sorted(_EXPORTS)

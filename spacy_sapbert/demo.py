@@ -51,6 +51,18 @@ def add_dictionary_ner(nlp: Language, kb: KnowledgeBase, label_types: Dict[str, 
     return nlp
 
 
+def load_ner() -> Language:
+    """The bundled NER (spacy_sapbert/assets/ner: Disease and Chemical, a CPU tok2vec + NER
+    trained on BC5CDR train) as a spaCy pipeline, ready for `nlp.add_pipe("sapbert_linker")`:
+    what the README's snippet and `spacy-sapbert link` start from."""
+    if not (DEMO_NER / "config.cfg").exists():
+        from .defaults import ResourceError
+
+        raise ResourceError(f"No NER is bundled in {DEMO_NER}; train one with `spacy project run ner`, or "
+                            "start from any pipeline that sets doc.ents.")
+    return spacy.load(DEMO_NER)
+
+
 def add_abbreviation_detector(nlp: Language) -> Language:
     """Add scispaCy's AbbreviationDetector when scispaCy is installed and the pipeline has none."""
     if "abbreviation_detector" in nlp.pipe_names:
