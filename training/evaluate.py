@@ -208,8 +208,15 @@ def evaluate_command(
         "default: the weight the model was trained with, else 0 (dense only).",
     ),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the metrics JSON here."),
+    end_to_end: bool = typer.Option(
+        False, "--end-to-end", help="Run the bundled NER, abbreviations and sapbert_linker (--model, --precision, "
+        "--sparse-weight) over whole BC5CDR documents (either bc5cdr dataset) and score spans and links per label.",
+    ),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
+    if end_to_end:
+        _end_to_end_command(dataset.value, split.value, data_dir, model, precision, sparse_weight, output)
+        return
     try:
         metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold,
                       precision, index_type, training_precedence, sparse_weight)
@@ -219,6 +226,31 @@ def evaluate_command(
     shown = [(key, f"{value:.4f}" if isinstance(value, float) else value)
              for key, value in metrics.items() if key != "acc@k"]
     msg.table(shown, divider=True)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(metrics, indent=2) + "\n")
+        msg.good(f"Wrote {output}")
+
+
+def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, precision: str,
+                        sparse_weight: Optional[float], output: Optional[Path]) -> None:
+    from spacy_sapbert.demo import demo_pipeline
+
+    from .end_to_end import LABELS, evaluate_end_to_end
+
+    if dataset not in LABELS:
+        msg.fail(f"--end-to-end scores BC5CDR documents; use --dataset bc5cdr-disease or bc5cdr-chemical, not {dataset}.")
+        raise typer.Exit(1)
+    config = {"precision": precision, **({"sparse_weight": sparse_weight} if sparse_weight is not None else {})}
+    try:
+        metrics = {"model": model, "precision": precision, **evaluate_end_to_end(
+            demo_pipeline(model=model, linker_config=config), split, data_dir)}
+    except (ValueError, FileNotFoundError) as err:
+        msg.fail(str(err))
+        raise typer.Exit(1)
+    rows = [(f"{kind} {label}", f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}")
+            for kind in ("span", "link") for label, m in metrics[kind].items()]
+    msg.table(rows, header=("", "P", "R", "F1"), divider=True)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(metrics, indent=2) + "\n")

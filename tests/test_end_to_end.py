@@ -1,0 +1,26 @@
+"""End-to-end scoring: spans by boundaries and label (any case), links by id among the gold's."""
+import pytest
+from conftest import ruler_nlp
+
+from training import end_to_end
+
+
+def test_spans_and_links_are_scored_per_label(tiny_model, tiny_index_dir, monkeypatch, tmp_path):
+    text = "Metformin caused lactic acidosis and a tumour."
+    texts = {"1": text}
+    gold = {"1": [(0, 9, "Chemical", ["D008687"]),                     # found, linked right (if the model does)
+                  (17, 32, "Disease", ["D000140"]),                   # found, link checked below
+                  (39, 45, "Disease", ["D009369"])]}                  # missed by the ruler below
+    monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir: (texts, gold))
+    nlp = ruler_nlp([("CHEMICAL", "metformin"), ("Disease", "lactic acidosis"), ("Disease", "caused")])
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0})
+    doc = nlp(text)
+    cuis = {e.text: e._.cui for e in doc.ents}
+    metrics = end_to_end.evaluate_end_to_end(nlp, "dev", tmp_path)
+    span = metrics["span"]
+    assert (span["chemical"]["tp"], span["chemical"]["fp"], span["chemical"]["fn"]) == (1, 0, 0)  # CHEMICAL = Chemical
+    assert (span["disease"]["tp"], span["disease"]["fp"], span["disease"]["fn"]) == (1, 1, 1)
+    right = (cuis["Metformin"] == "D008687") + (cuis["lactic acidosis"] == "D000140")
+    assert metrics["link"]["all"]["tp"] == right
+    assert metrics["link"]["all"]["fn"] == 3 - right and metrics["link"]["all"]["fp"] == 3 - right
+    assert metrics["span"]["all"]["f1"] == pytest.approx(2 * (2 / 3) * (2 / 3) / (4 / 3))
