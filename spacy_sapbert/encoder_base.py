@@ -114,7 +114,7 @@ def load_encoder(
     if precision not in PRECISIONS:
         raise EncoderError(f"Unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}.")
     if is_onnx_dir(model) or precision != "fp32":
-        if device != "cpu":
+        if device not in ("cpu", "auto"):  # auto: the CPU, the only device the ONNX path runs on
             raise EncoderError(f"The {precision} ONNX encoder runs on CPU only, not device={device!r}; "
                                "use precision 'fp32' on a GPU.")
         path = exported_model(model, precision, pooling=pooling, max_length=max_length)

@@ -61,6 +61,7 @@ def test_load_encoder_picks_the_backend(onnx_dirs, tiny_model, tmp_path, monkeyp
     assert (first.path / "model.onnx").stat().st_mtime_ns == stamp
     with pytest.raises(EncoderError, match="CPU only"):
         load_encoder(tiny_model, "int8", device="cuda")
+    assert load_encoder(tiny_model, "int8", device="auto").path == first.path  # auto: the CPU
     with pytest.raises(EncoderError, match="Unknown precision"):
         load_encoder(tiny_model, "int4")
     with pytest.raises(EncoderError, match="local model directory"):
