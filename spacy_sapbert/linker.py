@@ -107,6 +107,7 @@ def make_sapbert_linker(
         the weight the model was trained with (its sapbert_sparse.json), else 0; 0 is dense only.
     cui_attr, score_attr, candidates_attr: names of the Span extensions set.
     """
+    _check_labels_against_ner(nlp, labels)
     return SapBERTLinker(
         nlp.vocab, name=name, model=model, index=index, k=k, threshold=threshold,
         max_entities_per_mention=max_entities_per_mention,
@@ -116,6 +117,17 @@ def make_sapbert_linker(
         max_length=max_length, device=device, sparse_weight=sparse_weight,
         cui_attr=cui_attr, score_attr=score_attr, candidates_attr=candidates_attr,
     )
+
+
+def _check_labels_against_ner(nlp: Language, labels: Iterable[str]) -> None:
+    """A label in `labels` that the pipeline's trained NER never predicts is a typo: refuse it
+    (labels compare in any case). Nothing is checked before an NER with labels is added."""
+    known = {label for _, pipe in nlp.pipeline if type(pipe).__name__ == "EntityRecognizer"
+             for label in getattr(pipe, "labels", ())}
+    unknown = [label for label in labels if known and label.lower() not in {k.lower() for k in known}]
+    if unknown:
+        raise ValueError(f"labels lists {unknown[0]!r}, which the pipeline's NER does not predict (it predicts "
+                         f"{', '.join(sorted(known))}); fix labels in the sapbert_linker config.")
 
 
 def _register_extensions(cui_attr: str, score_attr: str, candidates_attr: str) -> None:

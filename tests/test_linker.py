@@ -286,3 +286,12 @@ def test_labels_match_whatever_their_case_and_text_without_letters_is_not_linked
         assert ent._.kb_ents and all(any(t.startswith("D") for t in kb.cui_to_entity[c].types) for c, _ in ent._.kb_ents)
     for ent in (comma, dots):
         assert ent._.cui is None and ent._.kb_ents == []
+
+
+def test_a_label_the_ner_never_predicts_is_refused_at_add_pipe():
+    import spacy_sapbert
+
+    nlp = spacy_sapbert.load_ner()  # the bundled NER: Chemical, Disease
+    with pytest.raises(ValueError, match=r"labels lists 'Disese', which the pipeline's NER does not predict"):
+        nlp.add_pipe("sapbert_linker", config={"labels": ["Disese"]})
+    nlp.add_pipe("sapbert_linker", config={"labels": ["DISEASE"]})  # any case
