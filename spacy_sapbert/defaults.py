@@ -257,17 +257,41 @@ def default_index_path(encoder) -> Path:
     if meta is not None and _index_matches(BUNDLED_INDEX, encoder.fingerprint):
         if meta["index_type"] not in SQ_TYPES:  # already a searchable graph or flat index
             return BUNDLED_INDEX
-        graph_type = f"hnsw-{meta['index_type']}"
-        digest = meta["files"]["index.faiss"]["sha256"][:16]
-        cached = cache_dir() / f"index-bundled-{digest}-{graph_type}"
-        source, what = BUNDLED_INDEX, "bundled index's search graph"
-    else:
-        source = exact_default_index_path(encoder)
-        graph_type = DEFAULT_INDEX_TYPE
-        cached = source.with_name(f"{source.name}-{DEFAULT_INDEX_TYPE}")
-        what = f"{graph_type} index of {source.name}"
-    return cached_build(cached, lambda staging: ConceptIndex.load(source).converted(graph_type).save(staging),
-                        lambda path: _cached_index_intact(path, encoder.fingerprint), what)
+        return graph_over_codes(BUNDLED_INDEX, encoder, "bundled index's search graph")
+    source = exact_default_index_path(encoder)
+    cached = source.with_name(f"{source.name}-{DEFAULT_INDEX_TYPE}")
+    return cached_build(cached, lambda staging: ConceptIndex.load(source).converted(DEFAULT_INDEX_TYPE).save(staging),
+                        lambda path: _cached_index_intact(path, encoder.fingerprint),
+                        f"{DEFAULT_INDEX_TYPE} index of {source.name}")
+
+
+def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
+    """The cached HNSW graph over the codes of the scalar-quantised index at `compact` (the
+    bundled index, or its copy in a saved pipeline), built once in seconds; keyed by the codes'
+    checksum, so every copy of one index shares it."""
+    from .index import ConceptIndex
+
+    meta = json.loads((compact / "meta.json").read_text(encoding="utf-8"))
+    graph_type = f"hnsw-{meta['index_type']}"
+    digest = meta["files"]["index.faiss"]["sha256"][:16]
+    cached = cache_dir() / f"index-bundled-{digest}-{graph_type}"
+    return cached_build(cached, lambda staging: ConceptIndex.load(compact).converted(graph_type).save(staging),
+                        lambda path: _cached_index_intact(path, encoder.fingerprint),
+                        what or f"search graph of {compact}")
+
+
+def compact_source(index_path: Path) -> Optional[Path]:
+    """The compact index whose codes the searched graph at `index_path` was built over (what a
+    saved pipeline stores instead of the graph), or None."""
+    meta = bundled_index_meta()
+    if meta is None or not meta.get("files"):
+        return None
+    from .index import SQ_TYPES
+
+    digest = meta["files"]["index.faiss"]["sha256"][:16]
+    if meta["index_type"] in SQ_TYPES and Path(index_path).name == f"index-bundled-{digest}-hnsw-{meta['index_type']}":
+        return BUNDLED_INDEX
+    return None
 
 
 def fast_model_path() -> Path:

@@ -1,6 +1,7 @@
 """The `sapbert_linker` pipe: link `doc.ents` to ontology concepts by embedding search."""
 import logging
 import re
+import shutil
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
@@ -224,6 +225,7 @@ class SapBERTLinker(Pipe):
         self.device = device
         self.sparse_weight = sparse_weight
         self.hybrid = None  # sparse.HybridRescorer when the hybrid score is on
+        self._compact: Optional[Path] = None  # the compact index a searched graph was built over
         self.cui_attr = cui_attr
         self.score_attr = score_attr
         self.candidates_attr = candidates_attr
@@ -239,7 +241,7 @@ class SapBERTLinker(Pipe):
         self._ensure_loaded()
         return self.index.kb
 
-    def _load(self, model: Union[str, Path], index: Union[str, Path]) -> None:
+    def _load(self, model: Union[str, Path], index: Union[str, Path], graph_over: Optional[Path] = None) -> None:
         from .encoder_base import load_encoder, recorded_sparse_weight  # torch only for an fp32 model
 
         model_path = resolve_model(str(model))
@@ -249,6 +251,14 @@ class SapBERTLinker(Pipe):
             threads=self.threads,
         )
         index_path = resolve_index(str(index), self.encoder)
+        if graph_over is not None:  # a saved pipeline's compact index: search the cached graph over it
+            from .defaults import graph_over_codes
+
+            index_path = graph_over_codes(graph_over, self.encoder)
+        from .defaults import compact_source
+
+        # What to_disk writes: the compact codes the graph was built over (54 MB), not the graph.
+        self._compact = graph_over or compact_source(index_path)
         self.index = ConceptIndex.load(index_path, encoder=self.encoder)
         weight = self.sparse_weight
         if weight is None:
@@ -433,8 +443,14 @@ class SapBERTLinker(Pipe):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.encoder.save(path / MODEL_DIR)
-        self.index.save(path / INDEX_DIR)
-        srsly.write_json(path / CFG_FILE, self._cfg())
+        cfg = self._cfg()
+        if self._compact is not None:
+            if (path / INDEX_DIR).resolve() != Path(self._compact).resolve():
+                shutil.copytree(self._compact, path / INDEX_DIR, dirs_exist_ok=True)
+            cfg["index_graph_over_codes"] = True
+        else:
+            self.index.save(path / INDEX_DIR)
+        srsly.write_json(path / CFG_FILE, cfg)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "SapBERTLinker":
         """Load the model and index written by `to_disk`."""
@@ -447,7 +463,10 @@ class SapBERTLinker(Pipe):
         cfg = srsly.read_json(path / CFG_FILE) if (path / CFG_FILE).exists() else {}
         self.pooling = cfg.get("pooling", self.pooling)
         self.precision = cfg.get("precision", self.precision)
-        self._load(path / MODEL_DIR, path / INDEX_DIR)
+        if cfg.get("index_graph_over_codes"):
+            self._load(path / MODEL_DIR, path / INDEX_DIR, graph_over=path / INDEX_DIR)
+        else:
+            self._load(path / MODEL_DIR, path / INDEX_DIR)
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:

@@ -295,3 +295,22 @@ def test_a_label_the_ner_never_predicts_is_refused_at_add_pipe():
     with pytest.raises(ValueError, match=r"labels lists 'Disese', which the pipeline's NER does not predict"):
         nlp.add_pipe("sapbert_linker", config={"labels": ["Disese"]})
     nlp.add_pipe("sapbert_linker", config={"labels": ["DISEASE"]})  # any case
+
+
+def test_a_saved_pipeline_keeps_the_compact_bundled_index_not_its_graph(tmp_path):
+    """The default searches a graph built over the bundled 6-bit codes; to_disk writes the
+    codes (52 MB), and the loaded pipeline searches the cached graph over them."""
+    from spacy.tokens import Span
+
+    def links(nlp):
+        doc = nlp.make_doc("lactic acidosis after metformin")
+        doc.ents = [Span(doc, 0, 2, "Disease"), Span(doc, 3, 4, "Chemical")]
+        return [(e._.cui, e._.cui_score) for e in nlp.get_pipe("sapbert_linker")(doc).ents]
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"threshold": -1.0})
+    before = links(nlp)
+    nlp.to_disk(tmp_path / "pipeline")
+    saved = tmp_path / "pipeline" / "sapbert_linker" / "index"
+    assert sum(f.stat().st_size for f in saved.iterdir()) < 60e6
+    assert links(spacy.load(tmp_path / "pipeline")) == before
