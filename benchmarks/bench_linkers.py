@@ -90,7 +90,7 @@ def measure(system: str, data_dir: Path, threads: int, index: str = "default", v
     if system == "ours":
         import spacy_sapbert  # noqa: F401
 
-        config = {"threshold": -1.0, "label_types": {}, **VARIANTS[variant]}
+        config = {"threshold": 0.0, "label_types": {}, **VARIANTS[variant]}
         batch_size = config.pop("batch_size", batch_size)
         if index != "default":
             config["index"] = index

@@ -187,6 +187,9 @@ class SapBERTLinker(Pipe):
                 f"k ({k}) and max_entities_per_mention ({max_entities_per_mention}) must be at "
                 "least 1; set them in the sapbert_linker config."
             )
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold ({threshold}) must lie in [0, 1] (0 links every mention to its best "
+                             "concept); set it in the sapbert_linker config.")
         # Checked here, at add_pipe, not after a model export or at the first doc.
         for key, value, least in (("batch_size", batch_size, 1), ("encoder_batch_size", encoder_batch_size, 1),
                                   ("max_length", max_length, 1), ("threads", threads, 0)):

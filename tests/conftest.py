@@ -141,7 +141,7 @@ def linked_nlp(tiny_model, tiny_index_dir):
     """A ruler + sapbert_linker pipeline over the tiny model and index."""
     nlp = ruler_nlp(DEMO_PATTERNS)
     linker = nlp.add_pipe("sapbert_linker", config={
-        "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0, "k": 5,
+        "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0, "k": 5,
     })
     linker.initialize()  # nlp.initialize() would also reset the ruler's patterns
     return nlp

@@ -42,7 +42,7 @@ def test_build_index_and_info(cli_index):
 def test_link_text_prints_a_table(cli_index, ner_dir, tiny_model):
     result = runner.invoke(app, [
         "link", "Lactic acidosis after metformin.", "--ner", str(ner_dir), "--model", str(tiny_model),
-        "--index", str(cli_index), "--threshold", "-1",
+        "--index", str(cli_index), "--threshold", "0",
     ])
     assert result.exit_code == 0, result.output
     assert "D008687" in result.output and "Metformin" in result.output and "canonical name" in said(result)
@@ -54,7 +54,7 @@ def test_link_jsonl_in_and_out(cli_index, ner_dir, tiny_model, tmp_path):
     target = tmp_path / "linked.jsonl"
     result = runner.invoke(app, [
         "link", "--input", str(source), "--output", str(target), "--ner", str(ner_dir),
-        "--model", str(tiny_model), "--index", str(cli_index), "--threshold", "-1",
+        "--model", str(tiny_model), "--index", str(cli_index), "--threshold", "0",
     ])
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in target.read_text().splitlines()]

@@ -13,7 +13,7 @@ def test_spans_and_links_are_scored_per_label(tiny_model, tiny_index_dir, monkey
                   (39, 45, "Disease", ["D009369"])]}                  # missed by the ruler below
     monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir: (texts, gold))
     nlp = ruler_nlp([("CHEMICAL", "metformin"), ("Disease", "lactic acidosis"), ("Disease", "caused")])
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0})
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0})
     doc = nlp(text)
     cuis = {e.text: e._.cui for e in doc.ents}
     metrics = end_to_end.evaluate_end_to_end(nlp, "dev", tmp_path)

@@ -94,7 +94,7 @@ def test_the_pipe_takes_the_weight_the_model_records(tiny_model, tiny_index_dir,
     def linker(**config):
         nlp = ruler_nlp(DEMO_PATTERNS)
         pipe = nlp.add_pipe("sapbert_linker", config={
-            "model": str(model), "index": str(tiny_index_dir), "precision": "fp32", "threshold": -1.0, **config})
+            "model": str(model), "index": str(tiny_index_dir), "precision": "fp32", "threshold": 0.0, **config})
         pipe.initialize()
         return nlp, pipe
 

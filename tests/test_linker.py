@@ -39,8 +39,8 @@ def test_label_types_restrict_candidates(linked_nlp):
 
 def test_threshold_gives_nil(tiny_model, tiny_index_dir):
     nlp = ruler_nlp(DEMO_PATTERNS)
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 1.01})
-    ent = nlp(TEXT).ents[0]
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 1.0})
+    ent = nlp(TEXT).ents[-1]  # "tumour": no name of the tiny KB scores 1
     assert ent._.cui is None and ent._.cui_score is None and ent._.kb_ents == [] and ent.kb_id_ == ""
 
 
@@ -68,7 +68,7 @@ def test_abbreviations_resolve_to_long_form(tiny_model, tiny_index_dir, serializ
     nlp = ruler_nlp(DEMO_PATTERNS)
     # make_serializable=True (for n_process > 1) gives dicts instead of spans
     nlp.add_pipe("abbreviation_detector", config={"make_serializable": serializable})
-    config = {"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0}
+    config = {"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0}
     nlp.add_pipe("sapbert_linker", config=config)
     text = "Acute renal failure (ARF) was seen. Later ARF recurred."
     nlp.get_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "ARF"}])
@@ -116,7 +116,7 @@ def test_round_trip_survives_deleting_sources(tiny_model, tiny_index_dir, tmp_pa
     shutil.copytree(tiny_model, model)
     shutil.copytree(tiny_index_dir, index)
     nlp = ruler_nlp(DEMO_PATTERNS)
-    nlp.add_pipe("sapbert_linker", config={"model": str(model), "index": str(index), "threshold": -1.0})
+    nlp.add_pipe("sapbert_linker", config={"model": str(model), "index": str(index), "threshold": 0.0})
     before = [(e.text, e._.kb_ents) for e in nlp(TEXT).ents]
     nlp.to_disk(tmp_path / "pipeline")
     shutil.rmtree(model)
@@ -175,7 +175,7 @@ def test_default_model_and_index_link_out_of_the_box():
 def _cached_nlp(tiny_model, tiny_index_dir, cache_size, **config):
     nlp = ruler_nlp(DEMO_PATTERNS)
     linker = nlp.add_pipe("sapbert_linker", config={
-        "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": -1.0, "cache_size": cache_size,
+        "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0, "cache_size": cache_size,
         **config,
     })
     linker.initialize()
@@ -234,7 +234,7 @@ def test_ncbi_dev_links_the_same_whatever_the_batching():
 
     def links(order, batch_size, **config):
         nlp = spacy.blank("en")
-        nlp.add_pipe("sapbert_linker", config={"threshold": -1.0, "label_types": {}, "cache_size": 0, **config})
+        nlp.add_pipe("sapbert_linker", config={"threshold": 0.0, "label_types": {}, "cache_size": 0, **config})
         made = []
         for i in order:
             doc = nlp.make_doc(texts[i][0])
@@ -261,6 +261,7 @@ def test_ncbi_dev_links_the_same_whatever_the_batching():
     ({"encoder_batch_size": 0}, "encoder_batch_size"), ({"batch_size": 0}, "batch_size"),
     ({"threads": -1}, "threads"), ({"max_length": 0}, "max_length"), ({"pooling": "max"}, "pooling"),
     ({"precision": "int4"}, "precision"), ({"k": 3, "max_entities_per_mention": 5}, "max_entities_per_mention"),
+    ({"threshold": -0.5}, "threshold"), ({"threshold": 1.5}, "threshold"),
 ])
 def test_each_bad_setting_fails_at_add_pipe_naming_its_key(config, key, tmp_path, monkeypatch):
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path))
@@ -275,7 +276,7 @@ def test_labels_match_whatever_their_case_and_text_without_letters_is_not_linked
 
     nlp = spacy.blank("en")
     nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir),
-                                           "label_types": {"Chemical": ["D"]}, "threshold": -1.0})
+                                           "label_types": {"Chemical": ["D"]}, "threshold": 0.0})
     doc = nlp.make_doc("metformin and lactic acidosis , then ...")
     doc.ents = [Span(doc, 0, 1, "CHEMICAL"), Span(doc, 2, 4, "Chemical"), Span(doc, 4, 5, "Chemical"),
                 Span(doc, 6, 7, "Chemical")]
@@ -308,7 +309,7 @@ def test_a_saved_pipeline_keeps_the_compact_bundled_index_not_its_graph(tmp_path
         return [(e._.cui, e._.cui_score) for e in nlp.get_pipe("sapbert_linker")(doc).ents]
 
     nlp = spacy.blank("en")
-    nlp.add_pipe("sapbert_linker", config={"threshold": -1.0})
+    nlp.add_pipe("sapbert_linker", config={"threshold": 0.0})
     before = links(nlp)
     nlp.to_disk(tmp_path / "pipeline")
     saved = tmp_path / "pipeline" / "sapbert_linker" / "index"

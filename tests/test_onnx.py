@@ -96,7 +96,7 @@ def test_int8_linking_never_imports_transformers(onnx_dirs, tiny_index_dir):
     code = (
         "import sys, spacy, spacy_sapbert\n"
         "nlp = spacy.blank('en'); nlp.add_pipe('entity_ruler').add_patterns([{'label': 'Disease', 'pattern': 'tumour'}])\n"
-        f"linker = nlp.add_pipe('sapbert_linker', config={{'model': {str(onnx_dirs['int8'])!r}, 'index': {str(tiny_index_dir)!r}, 'threshold': -1.0}})\n"
+        f"linker = nlp.add_pipe('sapbert_linker', config={{'model': {str(onnx_dirs['int8'])!r}, 'index': {str(tiny_index_dir)!r}, 'threshold': 0.0}})\n"
         "linker.initialize(); doc = nlp('a tumour')\n"
         "print(doc.ents[0]._.cui, 'transformers' in sys.modules)\n"
     )
@@ -155,7 +155,7 @@ def test_links_are_the_same_whatever_the_batching(onnx_dirs, tiny_index_dir):
         nlp = ruler_nlp(patterns)
         nlp.add_pipe("sapbert_linker", config={"model": str(onnx_dirs["int8"]), "index": str(tiny_index_dir),
                                                "encoder_batch_size": encoder_batch_size, "cache_size": 0,
-                                               "label_types": {}, "threshold": -1.0})
+                                               "label_types": {}, "threshold": 0.0})
         docs = list(nlp.pipe([texts[i] for i in order], batch_size=batch_size))
         return {texts[i]: [(e.text, e._.kb_ents[0][0], e._.kb_ents[0][1]) for e in doc.ents] for i, doc in zip(order, docs)}
 
