@@ -135,25 +135,43 @@ def convert_index(
     msg.good(f"Wrote {index} ({size / 1e6:.0f} MB) to {output}")
 
 
-def _read_inputs(path: Path) -> List[dict]:
-    """Records with a "text" from JSONL, or one per non-empty line of a plain text file."""
+class InputFormat(str, Enum):
+    auto = "auto"
+    jsonl = "jsonl"
+    text = "text"
+
+
+def _read_inputs(path: Path, format: str = "auto") -> List[dict]:
+    """Records with a "text": one per line of `path` ("-": standard input), blank lines kept as
+    empty documents, so the output has one record per input line. format "jsonl": each line a
+    JSON object with a string "text"; "text": each line a document; "auto": JSONL when the
+    first non-blank line is a JSON object, else text."""
+    handle = sys.stdin if str(path) == "-" else path.open(encoding="utf-8-sig")
+    try:
+        try:
+            lines = [line.rstrip("\r\n") for line in handle]
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}: is not valid UTF-8 ({err.reason}); re-encode it as UTF-8.") from None
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
+    if format == "auto":
+        first = next((line for line in lines if line.strip()), "")
+        format = "jsonl" if first.lstrip().startswith("{") else "text"
+    if format == "text":
+        return [{"text": line} for line in lines]
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            if path.suffix == ".jsonl":
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    record = None
-                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                    raise ValueError(
-                        f"{path}:{line_no}: expected a JSON object with a string \"text\"; fix that line."
-                    )
-                records.append(record)
-            else:
-                records.append({"text": line.rstrip("\n")})
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            records.append({"text": ""})
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise ValueError(f"{path}:{line_no}: expected a JSON object with a string \"text\"; fix that line.")
+        records.append(record)
     return records
 
 
@@ -173,7 +191,10 @@ def _entity_rows(doc, kb) -> List[dict]:
 @app.command("link")
 def link(
     text: Optional[str] = typer.Argument(None, help="Text to link (or use --input)."),
-    input: Optional[Path] = typer.Option(None, "--input", help="JSONL with a \"text\" field, or plain text, one document per line."),
+    input: Optional[Path] = typer.Option(None, "--input", help="JSONL with a \"text\" field, or plain text, one document per line ('-': standard input)."),
+    input_format: InputFormat = typer.Option(InputFormat.auto, "--format", help="jsonl, text, or auto (JSONL when the first line is a JSON object)."),
+    labels: str = typer.Option("", "--labels", help="Comma-separated entity labels to link (default: all)."),
+    k: int = typer.Option(5, "--k", help="Candidate concepts given per mention (the JSONL's candidates)."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write linked documents as JSONL here."),
     ner: Optional[str] = typer.Option(None, "--ner", help="spaCy pipeline (name or path) whose NER sets doc.ents."),
     model: str = typer.Option(DEFAULT, "--model", help="Model directory or Hugging Face name."),
@@ -188,12 +209,17 @@ def link(
     if (text is None) == (input is None):
         _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
     try:
-        records = [{"text": text}] if text is not None else _read_inputs(input)
-        nlp = demo_pipeline(ner=ner, model=model, index=index, linker_config={"threshold": threshold, "precision": precision.value})
+        records = [{"text": text}] if text is not None else _read_inputs(input, input_format.value)
+        config = {"threshold": threshold, "precision": precision.value, "k": max(k, 10),
+                  "max_entities_per_mention": k, "labels": [x for x in labels.split(",") if x]}
+        nlp = demo_pipeline(ner=ner, model=model, index=index, linker_config=config)
     except (ValueError, OSError) + _user_errors() as err:
         _fail(err)
     kb = nlp.get_pipe("sapbert_linker").kb
-    docs = nlp.pipe((r["text"] for r in records), batch_size=batch_size)
+    from tqdm.auto import tqdm
+
+    docs = tqdm(nlp.pipe((r["text"] for r in records), batch_size=batch_size), total=len(records),
+                desc="linking", unit="doc", disable=len(records) < 100 or output is None)
     out = output.open("w", encoding="utf-8") if output else None
     try:
         for record, doc in zip(records, docs):

@@ -58,8 +58,8 @@ def test_link_jsonl_in_and_out(cli_index, ner_dir, tiny_model, tmp_path):
     ])
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in target.read_text().splitlines()]
-    assert [r["id"] for r in records] == [1, 2]
-    assert records[0]["entities"][0]["cui"] == "D008687" and records[1]["entities"] == []
+    assert [r.get("id") for r in records] == [1, None, 2]  # a blank line stays an (empty) record
+    assert records[0]["entities"][0]["cui"] == "D008687" and records[1]["entities"] == records[2]["entities"] == []
 
 
 def test_link_errors(cli_index, ner_dir, tiny_model, tmp_path):
@@ -144,3 +144,20 @@ def test_info_on_a_saved_pipeline_shows_its_linker_index(cli_index, tiny_model, 
     nlp.to_disk(tmp_path / "pipeline")
     result = runner.invoke(app, ["info", str(tmp_path / "pipeline")])
     assert result.exit_code == 0 and "model_fingerprint" in said(result) and "lang" not in said(result).split()
+
+
+def test_link_reads_stdin_keeps_blank_lines_and_tells_jsonl_by_content(cli_index, ner_dir, tiny_model, tmp_path):
+    common = ["--ner", str(ner_dir), "--model", str(tiny_model), "--index", str(cli_index), "--threshold", "0"]
+    target = tmp_path / "out.jsonl"
+    result = runner.invoke(app, ["link", "--input", "-", "--output", str(target), "--k", "3", *common],
+                           input="Metformin was given.\n\nNothing here.\n")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in target.read_text().splitlines()]
+    assert [r["text"] for r in records] == ["Metformin was given.", "", "Nothing here."]
+    assert len(records[0]["entities"][0]["candidates"]) == 3
+    ndjson = tmp_path / "docs.ndjson"  # JSONL by content, whatever the suffix
+    ndjson.write_text('{"text": "Metformin was given.", "id": 7}\n')
+    result = runner.invoke(app, ["link", "--input", str(ndjson), "--output", str(target), "--labels", "Disease", *common])
+    assert result.exit_code == 0, result.output
+    (record,) = [json.loads(line) for line in target.read_text().splitlines()]
+    assert record["id"] == 7 and all(e["cui"] is None for e in record["entities"] if e["label"] != "Disease")
