@@ -96,6 +96,9 @@ def demo_pipeline(
     nlp = spacy.load(ner) if ner is not None else split_close_before_hyphen(spacy.blank("en"))
     if "sentencizer" not in nlp.pipe_names and not nlp.has_pipe("parser") and not nlp.has_pipe("senter"):
         nlp.add_pipe("sentencizer", first=True)
+    # A saved pipeline may bring its own linker: this one, with these settings, replaces it.
+    for name in [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "sapbert_linker"]:
+        nlp.remove_pipe(name)
     config = {"model": model, "index": index, **(linker_config or {})}
     pipe = nlp.add_pipe("sapbert_linker", config=config)
     pipe.initialize()

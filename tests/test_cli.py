@@ -140,7 +140,7 @@ def test_info_on_a_saved_pipeline_shows_its_linker_index(cli_index, tiny_model, 
     import spacy
 
     nlp = spacy.blank("en")
-    nlp.add_pipe("sapbert_linker", name="linker", config={"model": str(tiny_model), "index": str(cli_index)})
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(cli_index)})
     nlp.to_disk(tmp_path / "pipeline")
     result = runner.invoke(app, ["info", str(tmp_path / "pipeline")])
     assert result.exit_code == 0 and "model_fingerprint" in said(result) and "lang" not in said(result).split()
@@ -161,3 +161,16 @@ def test_link_reads_stdin_keeps_blank_lines_and_tells_jsonl_by_content(cli_index
     assert result.exit_code == 0, result.output
     (record,) = [json.loads(line) for line in target.read_text().splitlines()]
     assert record["id"] == 7 and all(e["cui"] is None for e in record["entities"] if e["label"] != "Disease")
+
+
+def test_link_takes_a_saved_pipeline_that_already_links(cli_index, ner_dir, tiny_model, tmp_path):
+    import spacy
+
+    nlp = spacy.load(ner_dir)
+    nlp.add_pipe("abbreviation_detector")
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(cli_index)})
+    nlp.to_disk(tmp_path / "full")
+    result = runner.invoke(app, ["link", "Metformin was given.", "--ner", str(tmp_path / "full"), "--model", str(tiny_model),
+                                 "--index", str(cli_index), "--threshold", "0"])
+    assert result.exit_code == 0, result.output
+    assert "D008687" in result.output
