@@ -195,9 +195,23 @@ def test_report_writes_summary_and_plot(tmp_path):
 
     for system, acc in (("tfidf", 0.8), ("model", 0.9)):
         metrics = {"dataset": "ncbi-disease", "split": "dev", "system": system, "protocol": "lenient", "n": 10,
+                   "model": "runs/x" if system == "model" else None, "precision": "int8",
                    "acc@1": acc, "acc@5": 0.95, "acc@k": [acc] + [0.95] * 9, "n_gold_reachable": 10, "mentions_per_s": 100.0}
         (tmp_path / f"{system}.json").write_text(json.dumps(metrics))
     summary = write_summary(tmp_path).read_text()
-    assert "| ncbi-disease | dev | lenient | model | 10 | 90.0 | 95.0 | 10 | 100 |" in summary
+    assert "| ncbi-disease | dev | lenient | model | runs/x (int8) | 10 | 90.0 | 95.0 | 10 | 100 |" in summary
     [png] = plot_accuracy_at_k(tmp_path)
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_model_results_are_filed_under_the_model_and_its_files(tiny_model, tmp_path):
+    import shutil
+
+    from training.report import model_key
+
+    copy = shutil.copytree(tiny_model, tmp_path / "model")
+    first = model_key(str(copy), "int8")
+    assert "-int8-" in first
+    assert model_key(str(copy), "fp32") != first
+    (copy / "config.json").write_text((copy / "config.json").read_text() + " ")  # the model changed
+    assert model_key(str(copy), "int8") != first

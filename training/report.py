@@ -2,6 +2,7 @@
 summary and Acc@k plots (`spacy project run evaluate`)."""
 import json
 import logging
+import re
 from pathlib import Path
 from typing import List
 
@@ -18,21 +19,35 @@ def _name(metrics: dict) -> str:
     return f"{metrics['dataset']}.{metrics['split']}.{metrics['protocol']}.{metrics['system']}"
 
 
+def model_key(model: str, precision: str) -> str:
+    """What the `model` system's results are filed under: the model as named, its precision and
+    a digest of its files, so a changed model is evaluated again instead of reusing its
+    predecessor's figures."""
+    from spacy_sapbert.defaults import resolve_model
+    from spacy_sapbert.onnx_encoder import _directory_digest
+
+    path = Path(resolve_model(model)).expanduser()
+    digest = _directory_digest(path)[:8] if path.is_dir() else "hub"
+    return f"{re.sub(r'[^A-Za-z0-9]+', '-', model).strip('-')}-{precision}-{digest}"
+
+
 def write_summary(folder: Path) -> Path:
     """A markdown table of every metrics JSON in `folder`."""
     rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     linking = [r for r in rows if "acc@1" in r]
     lines = ["# Evaluation summary", "", "## Linking (Acc@1 / Acc@5, %)", "",
-             "| dataset | split | protocol | system | n | Acc@1 | Acc@5 | gold reachable | mentions/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| dataset | split | protocol | system | model | n | Acc@1 | Acc@5 | gold reachable | mentions/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(linking, key=lambda r: (r["dataset"], r["protocol"], -r["acc@1"])):
         speed = f"{r['mentions_per_s']:.0f}" if r.get("mentions_per_s") else ""
-        lines.append(f"| {r['dataset']} | {r['split']} | {r['protocol']} | {r['system']} | {r['n']} | "
+        model = f"{r['model']} ({r.get('precision', 'fp32')})" if r.get("model") else ""
+        lines.append(f"| {r['dataset']} | {r['split']} | {r['protocol']} | {r['system']} | {model} | {r['n']} | "
                      f"{100 * r['acc@1']:.1f} | {100 * r['acc@5']:.1f} | {r['n_gold_reachable']} | {speed} |")
     related = [r for r in rows if "spearman" in r]
     if related:
-        lines += ["", "## Relatedness (Spearman ρ)", "", "| dataset | system | n | ρ |", "|---|---|---|---|"]
-        lines += [f"| {r['dataset']} | {r['system']} | {r['n']} | {r['spearman']:.3f} |" for r in related]
+        lines += ["", "## Relatedness (Spearman ρ)", "", "| dataset | system | model | n | ρ |", "|---|---|---|---|---|"]
+        lines += [f"| {r['dataset']} | {r['system']} | {r.get('model') or ''} | {r['n']} | {r['spearman']:.3f} |"
+                  for r in related]
     path = folder / "summary.md"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -92,7 +107,8 @@ def main(
             grid += [(dataset, system, protocol) for protocol in protocols.split(",")]
     for dataset, system, protocol in tqdm(grid, desc="evaluations"):
         split_name = split if dataset != "cadec" else "fold0-test"
-        target = output / f"{dataset}.{split_name}.{protocol}.{system}.json"
+        suffix = f".{model_key(model, precision if protocol != 'cosine' else 'fp32')}" if system == "model" else ""
+        target = output / f"{dataset}.{split_name}.{protocol}.{system}{suffix}.json"
         if target.exists() and not force:
             continue
         metrics = run(dataset, split, system, protocol if protocol != "cosine" else "standard", data_dir, model,
