@@ -426,6 +426,15 @@ class SapBERTLinker(Pipe):
         self.set_annotations([doc], self.predict([doc]))
         return doc
 
+    def score(self, examples: Iterable, **kwargs) -> Dict[str, object]:
+        """Link precision, recall and F1 (`nel_micro_p/r/f`, `nel_f_per_type`) as spaCy's own
+        entity_linker reports them, so `spacy evaluate` and `nlp.evaluate` show linking: over the
+        entities whose spans the reference shares, a predicted `kb_id_` against the reference's
+        (NIL, no concept, is "" or "NIL")."""
+        from spacy.scorer import Scorer
+
+        return Scorer.score_links(examples, negative_labels=["", "NIL"], **kwargs)
+
     def pipe(self, stream: Iterable[Doc], *, batch_size: Optional[int] = None) -> Iterator[Doc]:
         for docs in minibatch(stream, size=batch_size or self.batch_size):
             self.set_annotations(docs, self.predict(docs))

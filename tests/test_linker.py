@@ -315,3 +315,18 @@ def test_a_saved_pipeline_keeps_the_compact_bundled_index_not_its_graph(tmp_path
     saved = tmp_path / "pipeline" / "sapbert_linker" / "index"
     assert sum(f.stat().st_size for f in saved.iterdir()) < 60e6
     assert links(spacy.load(tmp_path / "pipeline")) == before
+
+
+def test_nlp_evaluate_reports_link_scores(tiny_model, tiny_index_dir):
+    from spacy.tokens import Span
+    from spacy.training import Example
+
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0})
+    predicted = nlp(TEXT)
+    reference = nlp.make_doc(TEXT)
+    reference.ents = [Span(reference, e.start, e.end, label=e.label_, kb_id=e.kb_id_ if i else "D999999")
+                      for i, e in enumerate(predicted.ents)]  # the first entity's gold is another concept
+    scores = nlp.evaluate([Example(nlp.make_doc(TEXT), reference)])
+    n = len(predicted.ents)
+    assert scores["nel_micro_p"] == pytest.approx((n - 1) / n) and scores["nel_micro_r"] == pytest.approx((n - 1) / n)
