@@ -131,10 +131,36 @@ def _check_labels_against_ner(nlp: Language, labels: Iterable[str]) -> None:
                          f"{', '.join(sorted(known))}); fix labels in the sapbert_linker config.")
 
 
-def _register_extensions(cui_attr: str, score_attr: str, candidates_attr: str) -> None:
-    for attr, default in ((cui_attr, None), (score_attr, None), (candidates_attr, [])):
+def _stored(candidates_attr: str) -> str:
+    return f"{candidates_attr}_stored"
+
+
+def _candidates_getter(candidates_attr: str) -> Callable[[Span], List[Tuple[str, float]]]:
+    store = _stored(candidates_attr)
+
+    def candidates(span: Span) -> List[Tuple[str, float]]:
+        return [tuple(pair) for pair in (span._.get(store) or [])]
+
+    candidates.sapbert_store = store  # marks the getter as ours
+    return candidates
+
+
+def _register_extensions(cui_attr: str, score_attr: str, candidates_attr: str) -> Optional[str]:
+    """Register the Span extensions; return the stored attribute behind `candidates_attr`, or
+    None where another package (scispaCy's linker) registered `candidates_attr` first, in
+    which case the candidates are set on it directly. Stored behind a getter, candidates come
+    back as (concept_id, score) tuples from nlp.pipe(n_process=2) too, whose workers return
+    them as lists."""
+    for attr in (cui_attr, score_attr):
         if not Span.has_extension(attr):
-            Span.set_extension(attr, default=default)
+            Span.set_extension(attr, default=None)
+    store = _stored(candidates_attr)
+    if not Span.has_extension(store):
+        Span.set_extension(store, default=None)
+    if not Span.has_extension(candidates_attr):
+        Span.set_extension(candidates_attr, getter=_candidates_getter(candidates_attr))
+    getter = Span.get_extension(candidates_attr)[2]
+    return store if getattr(getter, "sapbert_store", None) == store else None
 
 
 def expand_abbreviations(text: str, abbreviations: Dict[str, str]) -> str:
@@ -234,7 +260,7 @@ class SapBERTLinker(Pipe):
         self.candidates_attr = candidates_attr
         self.encoder = None
         self.index: Optional[ConceptIndex] = None
-        _register_extensions(cui_attr, score_attr, candidates_attr)
+        self._candidates_store = _register_extensions(cui_attr, score_attr, candidates_attr)
 
     # -- loading --------------------------------------------------------------------------
 
@@ -418,7 +444,7 @@ class SapBERTLinker(Pipe):
             for ent, cands in zip(doc.ents, kept):
                 if cands is None:
                     continue
-                ent._.set(self.candidates_attr, cands)
+                ent._.set(self._candidates_store or self.candidates_attr, cands)
                 ent._.set(self.cui_attr, cands[0][0] if cands else None)
                 ent._.set(self.score_attr, cands[0][1] if cands else None)
 

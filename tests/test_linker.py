@@ -330,3 +330,25 @@ def test_nlp_evaluate_reports_link_scores(tiny_model, tiny_index_dir):
     scores = nlp.evaluate([Example(nlp.make_doc(TEXT), reference)])
     n = len(predicted.ents)
     assert scores["nel_micro_p"] == pytest.approx((n - 1) / n) and scores["nel_micro_r"] == pytest.approx((n - 1) / n)
+
+
+def test_two_processes_give_the_links_and_tuples_of_one(tiny_model, tiny_index_dir):
+    import scispacy.abbreviation  # noqa: F401
+
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("abbreviation_detector", config={"make_serializable": True})  # spans cannot cross processes
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0})
+    texts = [TEXT, "Acute renal failure (ARF) was seen after cisplatin.", TEXT.lower()] * 2
+    one = [[(e.text, e._.cui, e._.kb_ents) for e in doc.ents] for doc in nlp.pipe(texts)]
+    two = [[(e.text, e._.cui, e._.kb_ents) for e in doc.ents] for doc in nlp.pipe(texts, n_process=2)]
+    assert two == one and all(isinstance(pair, tuple) for doc in two for *_, cands in doc for pair in cands)
+
+
+def test_candidates_go_straight_to_an_attribute_another_linker_registered(tiny_model, tiny_index_dir):
+    from spacy.tokens import Span
+
+    Span.set_extension("their_kb_ents", default=[], force=True)  # as scispaCy's EntityLinker does
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir),
+                                           "threshold": 0.0, "candidates_attr": "their_kb_ents"})
+    assert all(e._.their_kb_ents for e in nlp(TEXT).ents)
