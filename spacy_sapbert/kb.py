@@ -56,6 +56,14 @@ class Concept:
         """The canonical name followed by the aliases."""
         return [self.canonical_name] + list(self.aliases)
 
+    def __repr__(self) -> str:
+        """As scispaCy prints its Entity: id, name, definition, types, at most 10 aliases."""
+        n = len(self.aliases)
+        aliases = (f"Aliases (abbreviated, total: {n}): \n\t {', '.join(self.aliases[:10])}" if n > 10
+                   else f"Aliases: (total: {n}): \n\t {', '.join(self.aliases)}")
+        return (f"CUI: {self.concept_id}, Name: {self.canonical_name}\nDefinition: {self.definition}\n"
+                f"TUI(s): {', '.join(self.types)}\n{aliases}")
+
     def to_dict(self, scispacy: bool = False) -> dict:
         """The concept as a JSON-serialisable dict: scispaCy's five keys always, ours
         (alt_ids, xrefs, broader) when set, unless `scispacy` asks for exactly its keys

@@ -479,3 +479,10 @@ def test_real_medic_counts():
 
     kb = read_medic(SHARED_DATA / "medic" / "medic_06Jul2012.txt")
     assert (len(kb), kb.n_names) == (11915, 76237)
+
+
+def test_a_concept_prints_as_scispacys_entity_does():
+    concept = Concept("D008687", "Metformin", [f"alias {i}" for i in range(12)], ["D02.078.370"])
+    text = repr(concept)
+    assert text.startswith("CUI: D008687, Name: Metformin\nDefinition: None\nTUI(s): D02.078.370\n")
+    assert "Aliases (abbreviated, total: 12)" in text and "alias 9" in text and "alias 10" not in text
