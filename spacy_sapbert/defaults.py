@@ -273,11 +273,16 @@ def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
 
     meta = json.loads((compact / "meta.json").read_text(encoding="utf-8"))
     graph_type = f"hnsw-{meta['index_type']}"
-    digest = meta["files"]["index.faiss"]["sha256"][:16]
-    cached = cache_dir() / f"index-bundled-{digest}-{graph_type}"
+    cached = _graph_cache(meta)
     return cached_build(cached, lambda staging: ConceptIndex.load(compact).converted(graph_type).save(staging),
                         lambda path: _cached_index_intact(path, encoder.fingerprint),
                         what or f"search graph of {compact}")
+
+
+def _graph_cache(meta: dict) -> Path:
+    """Where the graph over a compact index's codes is cached: keyed by the codes' checksum."""
+    digest = meta["files"]["index.faiss"]["sha256"][:16]
+    return cache_dir() / f"index-bundled-{digest}-hnsw-{meta['index_type']}"
 
 
 def compact_source(index_path: Path) -> Optional[Path]:
@@ -288,8 +293,7 @@ def compact_source(index_path: Path) -> Optional[Path]:
         return None
     from .index import SQ_TYPES
 
-    digest = meta["files"]["index.faiss"]["sha256"][:16]
-    if meta["index_type"] in SQ_TYPES and Path(index_path).name == f"index-bundled-{digest}-hnsw-{meta['index_type']}":
+    if meta["index_type"] in SQ_TYPES and Path(index_path) == _graph_cache(meta):
         return BUNDLED_INDEX
     return None
 

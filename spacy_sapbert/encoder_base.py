@@ -6,7 +6,7 @@ Nothing here imports torch: a pipe that links with the int8 ONNX encoder never l
 import hashlib
 import json
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -32,6 +32,26 @@ def file_sha256(path: Union[str, Path]) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def file_records(folder: Path, names: Iterable[str]) -> Dict[str, dict]:
+    """{name: {"bytes", "sha256"}} of files in `folder`: what an index's, an export's, a cached
+    state's or a checkpoint's record holds, so that damaged_record can tell a damaged file."""
+    return {name: {"bytes": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)} for name in names}
+
+
+def damaged_record(folder: Path, records: Dict[str, dict]) -> Optional[Tuple[Path, str]]:
+    """The first file `records` (from file_records) names that is "missing", of another "size"
+    or of another "checksum", with which; None when every one matches."""
+    for name, expected in records.items():
+        file = folder / name
+        if not file.exists():
+            return file, "missing"
+        if not isinstance(expected, dict) or file.stat().st_size != expected.get("bytes"):
+            return file, "size"
+        if file_sha256(file) != expected.get("sha256"):
+            return file, "checksum"
+    return None
 
 
 def tie_order(scores: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 import faiss
 import numpy as np
 
-from .encoder_base import best_concepts, file_sha256
+from .encoder_base import best_concepts, damaged_record, file_records
 from .kb import KBFormatError, KnowledgeBase, name_key, read_jsonl, write_jsonl
 
 if TYPE_CHECKING:  # the encoder pulls in torch; the index itself does not need it
@@ -185,18 +185,19 @@ def verify_files(path: Path, meta: dict) -> Optional[str]:
     if not isinstance(files, dict) or not files:
         return (f"{path / META_FILE} records no file checksums, so its files cannot be checked; "
                 "rebuild the index.")
-    for name, expected in files.items():
-        file = path / name
-        if not file.exists():
-            return f"{file} is missing; copy the whole index directory or rebuild it."
-        size = file.stat().st_size
-        if size != expected.get("bytes"):
-            return (f"{file} has {size} bytes but {expected.get('bytes')} were written, so it is "
-                    "truncated or was changed; copy it again or rebuild the index.")
-        if file_sha256(file) != expected.get("sha256"):
-            return (f"{file} does not match the checksum in {META_FILE}, so it is corrupted; "
-                    "copy it again or rebuild the index.")
-    return None
+    damaged = damaged_record(path, files)
+    if damaged is None:
+        return None
+    file, why = damaged
+    if why == "missing":
+        return f"{file} is missing; copy the whole index directory or rebuild it."
+    if why == "size":
+        expected = files[file.name]
+        written = expected.get("bytes") if isinstance(expected, dict) else expected
+        return (f"{file} has {file.stat().st_size} bytes but {written} were written, so it is truncated or was "
+                "changed; copy it again or rebuild the index.")
+    return (f"{file} does not match the checksum in {META_FILE}, so it is corrupted; "
+            "copy it again or rebuild the index.")
 
 
 class ConceptIndex:
@@ -392,7 +393,7 @@ class ConceptIndex:
         vectors: np.ndarray,
         k: int = 10,
         type_prefixes: Optional[Sequence[str]] = None,
-        rescore: Optional[Callable[[int, np.ndarray, np.ndarray], np.ndarray]] = None,
+        rescore: Optional[Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = None,
         min_rows: int = 32,
     ) -> List[Candidates]:
         """The k best distinct concepts for each query vector.
@@ -448,10 +449,7 @@ class ConceptIndex:
         kb_file = KB_FILE_GZ if compress_kb else KB_FILE
         write_jsonl(self.kb, path / kb_file)
         meta = dict(self.meta)
-        meta["files"] = {
-            name: {"bytes": (path / name).stat().st_size, "sha256": file_sha256(path / name)}
-            for name in (FAISS_FILE, ROWS_FILE, kb_file)
-        }
+        meta["files"] = file_records(path, (FAISS_FILE, ROWS_FILE, kb_file))
         (path / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
         return path
 

@@ -501,10 +501,8 @@ class SapBERTLinker(Pipe):
         cfg = srsly.read_json(path / CFG_FILE) if (path / CFG_FILE).exists() else {}
         self.pooling = cfg.get("pooling", self.pooling)
         self.precision = cfg.get("precision", self.precision)
-        if cfg.get("index_graph_over_codes"):
-            self._load(path / MODEL_DIR, path / INDEX_DIR, graph_over=path / INDEX_DIR)
-        else:
-            self._load(path / MODEL_DIR, path / INDEX_DIR)
+        self._load(path / MODEL_DIR, path / INDEX_DIR,
+                   graph_over=path / INDEX_DIR if cfg.get("index_graph_over_codes") else None)
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:

@@ -24,7 +24,9 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 from .defaults import cache_dir, cached_build
-from .encoder_base import PRECISIONS, PROGRESS_MIN_TEXTS, SPARSE_FILE, EncoderError, file_sha256
+from .encoder_base import (
+    PRECISIONS, PROGRESS_MIN_TEXTS, SPARSE_FILE, EncoderError, damaged_record, file_records, file_sha256,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +54,10 @@ def is_onnx_dir(path: Union[str, Path]) -> bool:
 def damaged_file(path: Path, meta: dict) -> Optional[str]:
     """Why a file of the export at `path` no longer matches the size and checksum its meta
     records (format 2 records them), or None."""
-    for name, expected in meta.get("files", {}).items():
-        file = path / name
-        if not file.exists() or file.stat().st_size != expected.get("bytes") or file_sha256(file) != expected.get("sha256"):
-            return f"{file} does not match the checksum in {path / ONNX_META}, so it is damaged; export the model again."
-    return None
+    damaged = damaged_record(path, meta.get("files", {}))
+    if damaged is None:
+        return None
+    return f"{damaged[0]} does not match the checksum in {path / ONNX_META}, so it is damaged; export the model again."
 
 
 def _export_intact(path: Path) -> bool:
@@ -293,8 +294,7 @@ def export_onnx(
         # the fp32 model that embeds names into this space: the model itself, or a student's teacher
         "exact_model": encoder.teacher or encoder.name_or_path,
         **quantisation,
-        "files": {name: {"bytes": (output / name).stat().st_size, "sha256": file_sha256(output / name)}
-                  for name in (ONNX_FILE, TOKENIZER_FILE)},
+        "files": file_records(output, (ONNX_FILE, TOKENIZER_FILE)),
     }
     (output / ONNX_META).write_text(json.dumps(meta, indent=2) + "\n")
     return output

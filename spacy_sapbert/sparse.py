@@ -25,7 +25,9 @@ QUERY_BLOCK = 256
 # top 64 rows changed no Acc@1 on NCBI, BC5CDR-disease or CADEC dev (trained hybrid model).
 HYBRID_ROWS = 64
 # Bump when the features change, so cached hybrid states (HybridRescorer.for_index) are refitted.
-HYBRID_STATE_VERSION = 2
+HYBRID_STATE_VERSION = 3
+# What HybridRescorer.save writes (files.json records them).
+STATE_FILES = ("vocabulary.json", "idf.npy", "names.npz")
 
 
 def char_ngram_vectorizer(ngram_range=(3, 3), min_df: int = 1) -> "TfidfVectorizer":
@@ -61,10 +63,10 @@ class HybridRescorer:
     def __init__(self, names: Optional[Sequence[str]], weight: float, state: Optional[Path] = None):
         self.weight = float(weight)
         if state is not None:
-            from .encoder_base import file_sha256
+            from .encoder_base import damaged_record
 
             recorded = json.loads((state / "files.json").read_text(encoding="utf-8"))
-            if any(file_sha256(state / name) != digest for name, digest in recorded.items()) or len(recorded) != 3:
+            if set(recorded) != set(STATE_FILES) or damaged_record(state, recorded):
                 raise ValueError(f"a file of {state} does not match its checksum")
             self.vocabulary: Dict[str, int] = json.loads((state / "vocabulary.json").read_text(encoding="utf-8"))
             self.idf = np.load(state / "idf.npy")
@@ -82,10 +84,9 @@ class HybridRescorer:
         (folder / "vocabulary.json").write_text(json.dumps(self.vocabulary, ensure_ascii=False), encoding="utf-8")
         np.save(folder / "idf.npy", self.idf)
         scipy.sparse.save_npz(folder / "names.npz", self.name_vectors, compressed=False)
-        from .encoder_base import file_sha256
+        from .encoder_base import file_records
 
-        digests = {name: file_sha256(folder / name) for name in ("vocabulary.json", "idf.npy", "names.npz")}
-        (folder / "files.json").write_text(json.dumps(digests, indent=2))
+        (folder / "files.json").write_text(json.dumps(file_records(folder, STATE_FILES), indent=2))
 
     @classmethod
     def for_index(cls, index: "ConceptIndex", weight: float, cache: Optional[Path] = None) -> "HybridRescorer":
@@ -134,7 +135,7 @@ class HybridRescorer:
         norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1))).ravel()
         return scipy.sparse.diags(1 / np.where(norms > 0, norms, 1)).dot(weighted).tocsr().astype(np.float32)
 
-    def for_texts(self, texts: Sequence[str]) -> Callable[[int, np.ndarray, np.ndarray], np.ndarray]:
+    def for_texts(self, texts: Sequence[str]) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
         """The `rescore` of ConceptIndex.search for queries embedding `texts`, in order."""
         queries = self.transform(list(texts))
 

@@ -373,10 +373,10 @@ def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, ti
 
 def _rewrite_manifest(checkpoint):
     from training.loop import MANIFEST_FILE
-    from spacy_sapbert.encoder_base import file_sha256
+    from spacy_sapbert.encoder_base import file_records
 
-    files = sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
-    (checkpoint / MANIFEST_FILE).write_text(json.dumps({str(p.relative_to(checkpoint)): file_sha256(p) for p in files}))
+    files = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+    (checkpoint / MANIFEST_FILE).write_text(json.dumps(file_records(checkpoint, files)))
 
 
 @pytest.mark.parametrize("damage", ["truncated state", "empty state", "overwritten weights"])

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from spacy_sapbert.encoder import (
     POOLINGS, POOLING_FILE, TEACHER_FILE, detect_pooling, load_transformer, pool, resolve_device,
 )
-from spacy_sapbert.encoder_base import SPARSE_FILE, file_sha256
+from spacy_sapbert.encoder_base import SPARSE_FILE, damaged_record, file_records, file_sha256
 
 from .keys import KeySet, read_keyset
 from .objective import KeyTargets, ObjectiveConfig, SelfAlignmentObjective, SynonymMarginalLoss
@@ -418,7 +418,7 @@ def latest_checkpoint(output: PathLike) -> Optional[Path]:
     return found[0] if found else None
 
 
-# Written last into a checkpoint: every other file's sha256, so a damaged one is noticed.
+# Written last into a checkpoint: every other file's size and sha256, so a damaged one is noticed.
 MANIFEST_FILE = "files.json"
 # Settings a resumed run may change: they do not alter what the finished run computes.
 RESUMABLE_CHANGES = {"training.max_steps", "training.max_minutes", "training.save_every",
@@ -439,10 +439,9 @@ def read_checkpoint(checkpoint: Path) -> dict:
     """A checkpoint's state, once its files match their manifest; OSError or ValueError when a
     file is damaged (truncated, emptied, overwritten)."""
     manifest = checkpoint / MANIFEST_FILE
-    if manifest.exists():
-        for name, digest in json.loads(manifest.read_text()).items():
-            if file_sha256(checkpoint / name) != digest:
-                raise ValueError(f"{checkpoint / name} does not match its checksum")
+    damaged = damaged_record(checkpoint, json.loads(manifest.read_text())) if manifest.exists() else None
+    if damaged:
+        raise ValueError(f"{damaged[0]} does not match its checksum")
     try:
         state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
@@ -779,9 +778,8 @@ class Trainer:
                 "scaler": scaler.state_dict(), "rng": rng, "world_size": self.dist.world_size,
                 "elapsed": elapsed, "config": self.config.to_dict(), "data": self._data_identity(),
             }, staging / STATE_FILE)
-            files = sorted(p for p in staging.rglob("*") if p.is_file())
-            (staging / MANIFEST_FILE).write_text(json.dumps(
-                {str(p.relative_to(staging)): file_sha256(p) for p in files}, indent=1))
+            files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+            (staging / MANIFEST_FILE).write_text(json.dumps(file_records(staging, files), indent=1))
             if target.exists():
                 shutil.rmtree(target)
             # A rename is atomic: a run killed mid-save leaves the previous checkpoint whole.
