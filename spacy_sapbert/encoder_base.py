@@ -60,7 +60,8 @@ def tie_order(scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
     them. FAISS's own tie order shifts with k; fixing it makes the linker, the harness and the
     dev packs agree. It matters: MEDIC gives some names under both an OMIM and a MeSH id, and
     NCBI dev (standard) scores 89.2 with this order and 86.5 with the earlier row first."""
-    return np.lexsort((-rows, -np.round(scores, 6)))
+    # in float64: FAISS pads a short result with -FLT_MAX, which overflows float32 when scaled
+    return np.lexsort((-rows, -np.round(np.asarray(scores, dtype=np.float64), 6)))
 
 
 def best_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray, k: int) -> List[Tuple[int, float]]:

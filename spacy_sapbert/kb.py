@@ -539,6 +539,21 @@ def _mesh_row(path: PathLike, line_no: int, row: List[str], line: str, n_columns
     return row
 
 
+def is_disease_tree(tree: str) -> bool:
+    """MeSH's diseases: tree C and mental disorders, F03."""
+    return tree.startswith(("C", "F03"))
+
+
+def supplementary_types(trees: Iterable[str]) -> List[str]:
+    """A MeSH supplementary concept's types from its mapped descriptors' tree numbers. A disease
+    supplementary concept is a disease: where any mapped descriptor is one, the others (the gene
+    or protein behind a familial disease, tree D) are left out, so that a Chemical filter does
+    not admit it."""
+    trees = _unique(trees)
+    disease = [t for t in trees if is_disease_tree(t)]
+    return disease or trees
+
+
 def read_mesh(
     path: PathLike,
     supplementary: Optional[PathLike] = None,
@@ -551,7 +566,8 @@ def read_mesh(
         and optionally `<TAB>taxonomy ids|…` (read but not kept).
     supplementary: optional `mesh_supp_id_label_mappings.tsv`:
         `C-id<TAB>name<TAB>synonyms|…<TAB>mapped descriptor ids (comma-joined)`. A
-        supplementary concept takes the tree numbers of its mapped descriptors as types.
+        supplementary concept takes the tree numbers of its mapped descriptors as types
+        (`supplementary_types`).
     tree_prefixes: keep only concepts with a tree number starting with one of these
         (e.g. ["C", "F03", "D"]); None keeps everything.
     A row with more columns, or a column that does not look like its kind, stops the load.
@@ -573,7 +589,7 @@ def read_mesh(
             if not all(_MESH_MAPPED.match(m) for m in mapped):
                 raise _error(supplementary, line_no, f"{expected} with descriptor ids like D003924", line)
             mapped = [m.lstrip("*") for m in mapped]
-            types = _unique(t for m in mapped for t in trees.get(m, []))
+            types = supplementary_types([t for m in mapped for t in trees.get(m, [])])
             kb.add(
                 Concept(
                     row[0], row[1], aliases=_split_bar(row[2]), types=types or ["MeSH-supplementary"],

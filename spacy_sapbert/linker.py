@@ -2,11 +2,13 @@
 import logging
 import re
 import shutil
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import srsly
+from spacy.lang.en.stop_words import STOP_WORDS
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
@@ -17,6 +19,9 @@ from .index import Candidates, ConceptIndex, ConceptIndexError, check_label_type
 from .kb import name_key
 
 logger = logging.getLogger(__name__)
+# scispaCy's AbbreviationDetector runs an empty Matcher on every document without a definition,
+# and spaCy warns (W036) each time; only that warning, from that module, is silenced.
+warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"scispacy\.abbreviation")
 
 MODEL_DIR = "model"
 INDEX_DIR = "index"
@@ -30,9 +35,10 @@ CFG_FILE = "cfg.json"
         "model": DEFAULT,
         "index": DEFAULT,
         "k": 10,
-        "threshold": 0.5,
+        "threshold": 0.7,
         "max_entities_per_mention": 5,
         "resolve_abbreviations": True,
+        "follow_long_forms": True,
         "labels": [],
         "label_types": None,
         "batch_size": 256,
@@ -59,6 +65,7 @@ def make_sapbert_linker(
     threshold: float,
     max_entities_per_mention: int,
     resolve_abbreviations: bool,
+    follow_long_forms: bool,
     labels: List[str],
     label_types: Optional[Dict[str, List[str]]],
     batch_size: int,
@@ -82,10 +89,16 @@ def make_sapbert_linker(
     index: "default" (the MeSH index, 8-bit HNSW), "default-exact" (the same, flat fp32) or an
         index directory from `build-index`.
     k: concepts retrieved per mention.
-    threshold: a mention whose best score is below this gets `cui` None (NIL).
+    threshold: a mention whose best score is below this gets `cui` None (NIL), as does one
+        without content (`has_content`). 0.7, scispaCy's default, was near the best end-to-end
+        link F1 on BC5CDR dev (README).
     max_entities_per_mention: length of `kb_ents`.
     resolve_abbreviations: link the long form of abbreviations found by scispaCy's
         AbbreviationDetector (`doc._.abbreviations`).
+    follow_long_forms: put entities right by the abbreviations' definitions: an entity that ends
+        a long form but starts inside it ("diabetes mellitus" of "non-insulin-dependent
+        diabetes mellitus (NIDDM)") is widened to it, and a short form takes the label of the
+        entity over its long form ("NIDDM" tagged Chemical becomes Disease).
     labels: entity labels to link; empty links every entity.
     label_types: entity label → allowed concept type prefixes (e.g. {"Disease": ["C", "F03"]});
         None takes the index's own mapping, {} restricts nothing.
@@ -112,7 +125,7 @@ def make_sapbert_linker(
     return SapBERTLinker(
         nlp.vocab, name=name, model=model, index=index, k=k, threshold=threshold,
         max_entities_per_mention=max_entities_per_mention,
-        resolve_abbreviations=resolve_abbreviations, labels=labels, label_types=label_types,
+        resolve_abbreviations=resolve_abbreviations, follow_long_forms=follow_long_forms, labels=labels, label_types=label_types,
         batch_size=batch_size, encoder_batch_size=encoder_batch_size, cache_size=cache_size,
         exact_match=exact_match, precision=precision, threads=threads, pooling=pooling,
         max_length=max_length, device=device, sparse_weight=sparse_weight,
@@ -163,6 +176,53 @@ def _register_extensions(cui_attr: str, score_attr: str, candidates_attr: str) -
     return store if getattr(getter, "sapbert_store", None) == store else None
 
 
+def long_forms(doc: Doc) -> Dict[str, Span]:
+    """Short form text → its long form's span, from scispaCy's AbbreviationDetector in either
+    form (spans, or dicts with make_serializable=True); the first definition of a short form wins."""
+    if not Doc.has_extension("abbreviations"):
+        return {}
+    found: Dict[str, Span] = {}
+    for short in doc._.abbreviations or []:
+        if isinstance(short, dict):  # AbbreviationDetector(make_serializable=True)
+            if short.get("short_text") and short.get("long_text") and "long_start" in short:
+                found.setdefault(short["short_text"], doc[short["long_start"]:short["long_end"]])
+            continue
+        long_form = getattr(short._, "long_form", None) if Span.has_extension("long_form") else None
+        if isinstance(long_form, Span):
+            found.setdefault(short.text, long_form)
+    return found
+
+
+def follow_long_forms(ents: Iterable[Span], forms: Dict[str, Span]) -> List[Span]:
+    """Entities put right by the abbreviations' definitions (short form → long form span). An
+    entity that ends where a long form ends but starts inside it ("diabetes mellitus" in
+    "non-insulin-dependent diabetes mellitus (NIDDM)") is widened to the whole long form, when
+    no other entity overlaps it: the author defined the term, so its span is known. Then a short
+    form takes the label of the one entity over its long form ("NIDDM" tagged Chemical after a
+    Disease long form becomes a Disease). kb_ids are kept."""
+    ents = list(ents)
+    label_of: Dict[str, int] = {}
+    for short, form in forms.items():
+        inside = [i for i, ent in enumerate(ents) if ent.start < form.end and form.start < ent.end]
+        if len(inside) != 1:
+            continue
+        ent = ents[inside[0]]
+        if ent.end == form.end and form.start < ent.start:
+            ents[inside[0]] = ent = Span(ent.doc, form.start, form.end, label=ent.label, kb_id=ent.kb_id)
+        label_of[short] = ent.label
+    return [Span(ent.doc, ent.start, ent.end, label=label_of[ent.text], kb_id=ent.kb_id)
+            if label_of.get(ent.text, ent.label) != ent.label else ent for ent in ents]
+
+
+def has_content(text: str) -> bool:
+    """Whether a mention can name a concept: it has a letter or digit (not only spaces,
+    punctuation or control characters) and a word that is not a stop word as written ("a", "the",
+    "The", "of these"; "NO" and "IF", nitric oxide and intrinsic factor, are kept)."""
+    if not any(ch.isalnum() for ch in text):
+        return False
+    return not all(w in STOP_WORDS or (len(w) > 2 and w.istitle() and w.lower() in STOP_WORDS) for w in text.split())
+
+
 def expand_abbreviations(text: str, abbreviations: Dict[str, str]) -> str:
     """Replace each short form that stands as a whole word in `text` by its long form."""
     if not abbreviations:
@@ -185,9 +245,10 @@ class SapBERTLinker(Pipe):
         model: str = DEFAULT,
         index: str = DEFAULT,
         k: int = 10,
-        threshold: float = 0.5,
+        threshold: float = 0.7,
         max_entities_per_mention: int = 5,
         resolve_abbreviations: bool = True,
+        follow_long_forms: bool = True,
         labels: Iterable[str] = (),
         label_types: Optional[Dict[str, List[str]]] = None,
         batch_size: int = 256,
@@ -238,6 +299,7 @@ class SapBERTLinker(Pipe):
         self.threshold = threshold
         self.max_entities_per_mention = max_entities_per_mention
         self.resolve_abbreviations = resolve_abbreviations
+        self.follow_long_forms = follow_long_forms
         self.link_labels = list(labels)
         self.label_types = label_types  # labels match case-insensitively (DISEASE is Disease)
         self.batch_size = batch_size
@@ -334,48 +396,26 @@ class SapBERTLinker(Pipe):
 
     # -- linking --------------------------------------------------------------------------
 
-    def _mention_text(self, ent: Span, abbreviations: Dict[str, str]) -> str:
-        text = ent.text
-        if self.resolve_abbreviations and abbreviations:
-            text = expand_abbreviations(text, abbreviations)
-        return text
-
-    @staticmethod
-    def _abbreviations(doc: Doc) -> Dict[str, str]:
-        if not Doc.has_extension("abbreviations"):
-            return {}
-        found = {}
-        for short in doc._.abbreviations or []:
-            if isinstance(short, dict):  # AbbreviationDetector(make_serializable=True)
-                if short.get("short_text") and short.get("long_text"):
-                    found.setdefault(short["short_text"], short["long_text"])
-                continue
-            long_form = getattr(short._, "long_form", None) if Span.has_extension("long_form") else None
-            if long_form is not None:
-                found.setdefault(short.text, long_form.text)
-        return found
+    def _mentions(self, doc: Doc) -> Tuple[List[Span], List[Optional[Tuple[str, Tuple[str, ...]]]]]:
+        """The entities to annotate (put right by the long forms where asked) and, for each, the
+        (text, type prefixes) it is linked by, or None when its label is not linked."""
+        forms = long_forms(doc) if self.resolve_abbreviations else {}
+        ents = follow_long_forms(doc.ents, forms) if self.follow_long_forms else list(doc.ents)
+        abbreviations = {short: form.text for short, form in forms.items()}
+        types_by_label = self._types_by_label()
+        link_labels = {label.lower() for label in self.link_labels}
+        return ents, [(expand_abbreviations(ent.text, abbreviations), types_by_label.get(ent.label_.lower(), ()))
+                      if not link_labels or ent.label_.lower() in link_labels else None for ent in ents]
 
     def predict(self, docs: List[Doc]) -> List[List[Optional[Candidates]]]:
         """Candidates for every entity of every doc (None for entities whose label is not
         linked), from one encoder call over the batch's distinct mention texts."""
         self._ensure_loaded()
-        types_by_label = self._types_by_label()
-        link_labels = {label.lower() for label in self.link_labels}
-        wanted: List[List[Optional[Tuple[str, Tuple[str, ...]]]]] = []
-        for doc in docs:
-            abbreviations = self._abbreviations(doc) if self.resolve_abbreviations else {}
-            keys = []
-            for ent in doc.ents:
-                if link_labels and ent.label_.lower() not in link_labels:
-                    keys.append(None)
-                    continue
-                types = types_by_label.get(ent.label_.lower(), ())
-                keys.append((self._mention_text(ent, abbreviations), types))
-            wanted.append(keys)
+        wanted = [self._mentions(doc)[1] for doc in docs]
         distinct = sorted({key for keys in wanted for key in keys if key is not None})
         found: Dict[Tuple[str, Tuple[str, ...]], Candidates] = {}
         for key in distinct:
-            if not any(ch.isalnum() for ch in key[0]):  # spaces, punctuation, control characters
+            if not has_content(key[0]):
                 found[key] = []  # nothing to link: cui None, no candidates
             elif key in self._cache:
                 self._cache.move_to_end(key)
@@ -431,7 +471,7 @@ class SapBERTLinker(Pipe):
         for doc, doc_candidates in zip(docs, candidates):
             kept: List[Optional[Candidates]] = []
             new_ents = []
-            for ent, cands in zip(doc.ents, doc_candidates):
+            for ent, cands in zip(self._mentions(doc)[0], doc_candidates):
                 if cands is None:
                     kept.append(None)
                     new_ents.append(ent)

@@ -24,3 +24,17 @@ def test_spans_and_links_are_scored_per_label(tiny_model, tiny_index_dir, monkey
     assert metrics["link"]["all"]["tp"] == right
     assert metrics["link"]["all"]["fn"] == 3 - right and metrics["link"]["all"]["fp"] == 3 - right
     assert metrics["span"]["all"]["f1"] == pytest.approx(2 * (2 / 3) * (2 / 3) / (4 / 3))
+    # "caused" overlaps no gold mention, so it should be NIL, and threshold 0 linked it
+    assert (metrics["nil"]["all"]["tp"], metrics["nil"]["all"]["fn"]) == (0, 1)
+
+
+def test_nil_entities_predict_no_link(tiny_model, tiny_index_dir, monkeypatch, tmp_path):
+    text = "Metformin caused lactic acidosis."
+    gold = {"1": [(0, 9, "Chemical", ["D008687"]), (17, 32, "Disease", [])]}  # the second is unlinkable (-1)
+    monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir: ({"1": text}, gold))
+    nlp = ruler_nlp([("Chemical", "metformin"), ("Disease", "lactic acidosis"), ("Disease", "caused")])
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 1.0})
+    metrics = end_to_end.evaluate_end_to_end(nlp, "dev", tmp_path)  # every entity NIL
+    assert (metrics["link"]["all"]["tp"], metrics["link"]["all"]["fp"], metrics["link"]["all"]["fn"]) == (0, 0, 1)
+    nil = metrics["nil"]["all"]  # "caused" and the unlinkable mention rightly NIL; metformin wrongly
+    assert (nil["tp"], nil["fp"], nil["fn"]) == (2, 1, 0)

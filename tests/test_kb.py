@@ -486,3 +486,12 @@ def test_a_concept_prints_as_scispacys_entity_does():
     text = repr(concept)
     assert text.startswith("CUI: D008687, Name: Metformin\nDefinition: None\nTUI(s): D02.078.370\n")
     assert "Aliases (abbreviated, total: 12)" in text and "alias 9" in text and "alias 10" not in text
+
+
+def test_disease_supplementary_concepts_keep_only_disease_trees():
+    from spacy_sapbert.kb import supplementary_types
+
+    # a familial disease mapped to its disease and to the channel protein behind it
+    assert supplementary_types(["C14.280.067.922", "D12.776.157.530", "C14.280.067.922"]) == ["C14.280.067.922"]
+    assert supplementary_types(["F03.700", "D12.776"]) == ["F03.700"]
+    assert supplementary_types(["D02.355", "D12.776"]) == ["D02.355", "D12.776"]  # a chemical keeps all

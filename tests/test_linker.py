@@ -78,6 +78,28 @@ def test_abbreviations_resolve_to_long_form(tiny_model, tiny_index_dir, serializ
     assert all(e._.cui_score == pytest.approx(doc.ents[0]._.cui_score, abs=1e-5) for e in arf)
 
 
+@pytest.mark.parametrize("serializable", [False, True])
+@pytest.mark.parametrize("follow", [True, False])
+def test_entities_follow_long_forms(tiny_model, tiny_index_dir, serializable, follow):
+    """The NER cut the long form and tagged its short form Chemical: the entity is widened to
+    the whole long form and the short form takes its label, so both link to the Disease."""
+    import scispacy.abbreviation  # noqa: F401
+
+    nlp = ruler_nlp([("Disease", "diabetes mellitus"), ("Chemical", "NIDDM"), ("Chemical", "metformin")])
+    nlp.add_pipe("abbreviation_detector", config={"make_serializable": serializable})
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir),
+                                           "threshold": 0.0, "follow_long_forms": follow})
+    doc = nlp("Patients with non-insulin-dependent diabetes mellitus (NIDDM) took metformin.")
+    got = [(e.text, e.label_) for e in doc.ents]
+    if follow:
+        assert got == [("non-insulin-dependent diabetes mellitus", "Disease"), ("NIDDM", "Disease"),
+                       ("metformin", "Chemical")]
+        assert [e._.cui for e in doc.ents[:2]] == ["D003924", "D003924"]
+    else:
+        assert got == [("diabetes mellitus", "Disease"), ("NIDDM", "Chemical"), ("metformin", "Chemical")]
+    assert doc.ents[-1]._.cui == "D008687"
+
+
 def test_expand_abbreviations_whole_words_only():
     abbreviations = {"ARF": "acute renal failure", "DM": "diabetes mellitus"}
     assert expand_abbreviations("ARF", abbreviations) == "acute renal failure"
@@ -289,6 +311,13 @@ def test_labels_match_whatever_their_case_and_text_without_letters_is_not_linked
         assert ent._.cui is None and ent._.kb_ents == []
 
 
+def test_stop_words_are_not_linked():
+    from spacy_sapbert.linker import has_content
+
+    assert not any(has_content(t) for t in ("a", "The", "of these", "\u200b", " ", "..."))
+    assert all(has_content(t) for t in ("NO", "IF", "Ca", "the weather", "metformin"))
+
+
 def test_a_label_the_ner_never_predicts_is_refused_at_add_pipe():
     import spacy_sapbert
 
@@ -352,3 +381,36 @@ def test_candidates_go_straight_to_an_attribute_another_linker_registered(tiny_m
     nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir),
                                            "threshold": 0.0, "candidates_attr": "their_kb_ents"})
     assert all(e._.their_kb_ents for e in nlp(TEXT).ents)
+
+
+def test_no_warning_from_abbreviations(tiny_model, tiny_index_dir):
+    """scispaCy's matcher without patterns (W036, on every document without an abbreviation)
+    stays quiet, in a fresh process, where nothing has been shown once yet."""
+    import subprocess
+    import sys
+
+    code = f"""
+import warnings
+import spacy, scispacy.abbreviation
+nlp = spacy.blank("en")
+nlp.add_pipe("entity_ruler").add_patterns([{{"label": "Disease", "pattern": "tumour"}}])
+nlp.add_pipe("abbreviation_detector")
+nlp.add_pipe("sapbert_linker", config={{"model": {str(tiny_model)!r}, "index": {str(tiny_index_dir)!r}}})
+with warnings.catch_warnings(record=True) as seen:  # spaCy shows W036 "once", past -W error
+    assert nlp("A tumour grew.").ents[0]._.kb_ents
+assert not seen, [str(w.message) for w in seen]
+"""
+    subprocess.run([sys.executable, "-W", "error", "-c", code], check=True)
+
+
+def test_tie_order_takes_faiss_pads_without_overflow():
+    import warnings
+
+    import numpy as np
+
+    from spacy_sapbert.encoder_base import tie_order
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        order = tie_order(np.array([0.5, np.finfo(np.float32).min, 0.7], dtype=np.float32), np.array([3, -1, 4]))
+    assert order.tolist() == [2, 0, 1]

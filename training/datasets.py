@@ -238,10 +238,10 @@ RELATEDNESS_FILES = {
 }
 
 
-def load_pubtator_split(dataset: str, split: str, data_dir: PathLike) -> Corpus:
-    """One split of a PubTator dataset from the ../shared/data layout."""
+def load_pubtator_split(dataset: str, split: str, data_dir: PathLike, keep_unlinkable: bool = False) -> Corpus:
+    """One split of a PubTator dataset from the ../shared/data layout (`read_pubtator`)."""
     pattern, names, types = PUBTATOR_FILES[dataset]
-    return read_pubtator(Path(data_dir) / pattern.format(names[split]), types=types)
+    return read_pubtator(Path(data_dir) / pattern.format(names[split]), types=types, keep_unlinkable=keep_unlinkable)
 
 
 def cadec_fold(data_dir: PathLike, fold: int = 0) -> Path:

@@ -249,7 +249,7 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
         msg.fail(str(err))
         raise typer.Exit(1)
     rows = [(f"{kind} {label}", f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}")
-            for kind in ("span", "link") for label, m in metrics[kind].items()]
+            for kind in ("span", "link", "nil") for label, m in metrics[kind].items()]
     msg.table(rows, header=("", "P", "R", "F1"), divider=True)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
