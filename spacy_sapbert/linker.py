@@ -37,6 +37,9 @@ CFG_FILE = "cfg.json"
         "k": 10,
         "threshold": 0.7,
         "max_entities_per_mention": 5,
+        "filter_for_definitions": False,
+        "no_definition_threshold": 0.95,
+        "spans_key": None,
         "resolve_abbreviations": True,
         "follow_long_forms": True,
         "labels": [],
@@ -64,6 +67,9 @@ def make_sapbert_linker(
     k: int,
     threshold: float,
     max_entities_per_mention: int,
+    filter_for_definitions: bool,
+    no_definition_threshold: float,
+    spans_key: Optional[str],
     resolve_abbreviations: bool,
     follow_long_forms: bool,
     labels: List[str],
@@ -93,6 +99,11 @@ def make_sapbert_linker(
         without content (`has_content`). 0.7, scispaCy's default, was near the best end-to-end
         link F1 on BC5CDR dev (README).
     max_entities_per_mention: length of `kb_ents`.
+    filter_for_definitions, no_definition_threshold: scispaCy's: keep only concepts with a
+        definition, unless they score at least no_definition_threshold. Off by default here,
+        unlike scispaCy, because the open ontologies bundled carry no definitions.
+    spans_key: link the span group `doc.spans[spans_key]` (as medspaCy keeps its entities)
+        instead of `doc.ents`.
     resolve_abbreviations: link the long form of abbreviations found by scispaCy's
         AbbreviationDetector (`doc._.abbreviations`).
     follow_long_forms: put entities right by the abbreviations' definitions: an entity that ends
@@ -124,7 +135,8 @@ def make_sapbert_linker(
     _check_labels_against_ner(nlp, labels)
     return SapBERTLinker(
         nlp.vocab, name=name, model=model, index=index, k=k, threshold=threshold,
-        max_entities_per_mention=max_entities_per_mention,
+        max_entities_per_mention=max_entities_per_mention, filter_for_definitions=filter_for_definitions,
+        no_definition_threshold=no_definition_threshold, spans_key=spans_key,
         resolve_abbreviations=resolve_abbreviations, follow_long_forms=follow_long_forms, labels=labels, label_types=label_types,
         batch_size=batch_size, encoder_batch_size=encoder_batch_size, cache_size=cache_size,
         exact_match=exact_match, precision=precision, threads=threads, pooling=pooling,
@@ -247,6 +259,9 @@ class SapBERTLinker(Pipe):
         k: int = 10,
         threshold: float = 0.7,
         max_entities_per_mention: int = 5,
+        filter_for_definitions: bool = False,
+        no_definition_threshold: float = 0.95,
+        spans_key: Optional[str] = None,
         resolve_abbreviations: bool = True,
         follow_long_forms: bool = True,
         labels: Iterable[str] = (),
@@ -274,9 +289,10 @@ class SapBERTLinker(Pipe):
                 f"k ({k}) and max_entities_per_mention ({max_entities_per_mention}) must be at "
                 "least 1; set them in the sapbert_linker config."
             )
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"threshold ({threshold}) must lie in [0, 1] (0 links every mention to its best "
-                             "concept); set it in the sapbert_linker config.")
+        for key, value in (("threshold", threshold), ("no_definition_threshold", no_definition_threshold)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{key} ({value}) must lie in [0, 1] (0 keeps every concept); set it in the "
+                                 "sapbert_linker config.")
         # Checked here, at add_pipe, not after a model export or at the first doc.
         for key, value, least in (("batch_size", batch_size, 1), ("encoder_batch_size", encoder_batch_size, 1),
                                   ("max_length", max_length, 1), ("threads", threads, 0)):
@@ -298,6 +314,9 @@ class SapBERTLinker(Pipe):
         self.k = k
         self.threshold = threshold
         self.max_entities_per_mention = max_entities_per_mention
+        self.filter_for_definitions = filter_for_definitions
+        self.no_definition_threshold = no_definition_threshold
+        self.spans_key = spans_key
         self.resolve_abbreviations = resolve_abbreviations
         self.follow_long_forms = follow_long_forms
         self.link_labels = list(labels)
@@ -400,7 +419,8 @@ class SapBERTLinker(Pipe):
         """The entities to annotate (put right by the long forms where asked) and, for each, the
         (text, type prefixes) it is linked by, or None when its label is not linked."""
         forms = long_forms(doc) if self.resolve_abbreviations else {}
-        ents = follow_long_forms(doc.ents, forms) if self.follow_long_forms else list(doc.ents)
+        spans = doc.spans.get(self.spans_key, []) if self.spans_key else doc.ents
+        ents = follow_long_forms(spans, forms) if self.follow_long_forms else list(spans)
         abbreviations = {short: form.text for short, form in forms.items()}
         types_by_label = self._types_by_label()
         link_labels = {label.lower() for label in self.link_labels}
@@ -476,17 +496,32 @@ class SapBERTLinker(Pipe):
                     kept.append(None)
                     new_ents.append(ent)
                     continue
-                cands = [(c, s) for c, s in cands if s >= self.threshold][: self.max_entities_per_mention]
+                cands = self._keep(cands)
                 kept.append(cands)
                 kb_id = cands[0][0] if cands else ""
                 new_ents.append(Span(doc, ent.start, ent.end, label=ent.label, kb_id=kb_id))
-            doc.ents = new_ents
-            for ent, cands in zip(doc.ents, kept):
+            if self.spans_key:
+                doc.spans[self.spans_key] = new_ents
+                new_ents = doc.spans[self.spans_key]
+            else:
+                doc.ents = new_ents
+                new_ents = doc.ents
+            for ent, cands in zip(new_ents, kept):
                 if cands is None:
                     continue
                 ent._.set(self._candidates_store or self.candidates_attr, cands)
                 ent._.set(self.cui_attr, cands[0][0] if cands else None)
                 ent._.set(self.score_attr, cands[0][1] if cands else None)
+
+    def _keep(self, candidates: Candidates) -> Candidates:
+        """The candidates a span gets: those scoring at least the threshold (and, with
+        filter_for_definitions, having a definition or scoring no_definition_threshold), the
+        best max_entities_per_mention of them."""
+        kept = [(c, s) for c, s in candidates if s >= self.threshold]
+        if self.filter_for_definitions:
+            entities = self.index.kb.cui_to_entity
+            kept = [(c, s) for c, s in kept if entities[c].definition or s >= self.no_definition_threshold]
+        return kept[: self.max_entities_per_mention]
 
     def __call__(self, doc: Doc) -> Doc:
         self.set_annotations([doc], self.predict([doc]))

@@ -97,3 +97,14 @@ def test_shipped_assets_fit_the_budget_and_the_index_reads_back():
     assert (defaults.BUNDLED_INDEX / KB_FILE_GZ).exists()
     assert meta["name_precedence"] and meta["label_types"]["Disease"] == LABEL_TYPES["Disease"]
     assert len(index) == meta["n_names"] and np.all(np.diff(index.row_concepts) >= 0)
+
+
+def test_the_bundled_index_names_its_rows():
+    """The hybrid score names every row of the bundled index from its KB (row_names re-derives
+    the names that name precedence left out, from the KB's types): a KB edited apart from its
+    rows breaks first use on a fresh machine, so this is checked here, not only in a fresh clone."""
+    from spacy_sapbert.defaults import BUNDLED_INDEX
+    from spacy_sapbert.index import ConceptIndex
+
+    index = ConceptIndex.load(BUNDLED_INDEX)
+    assert len(index.row_names()) == len(index)

@@ -414,3 +414,35 @@ def test_tie_order_takes_faiss_pads_without_overflow():
         warnings.simplefilter("error")
         order = tie_order(np.array([0.5, np.finfo(np.float32).min, 0.7], dtype=np.float32), np.array([3, -1, 4]))
     assert order.tolist() == [2, 0, 1]
+
+
+def test_filter_for_definitions_as_scispacy(tiny_model, tiny_index_dir):
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    linker = nlp.add_pipe("sapbert_linker", config={
+        "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0, "k": 5,
+        "filter_for_definitions": True, "no_definition_threshold": 0.999})
+    linker.initialize()
+    entities = linker.kb.cui_to_entity
+    entities["D009369"].definition = "New abnormal growth of tissue."
+    doc = nlp(TEXT)
+    for ent in doc.ents:
+        assert all(entities[c].definition or s >= 0.999 for c, s in ent._.kb_ents)
+    assert doc.ents[-1]._.kb_ents[0][0] == "D009369"  # "tumour": the one concept with a definition
+    with pytest.raises(ValueError, match=r"no_definition_threshold \(1.5\) must lie in \[0, 1\]"):
+        spacy.blank("en").add_pipe("sapbert_linker", config={"no_definition_threshold": 1.5})
+
+
+def test_links_a_span_group(tiny_model, tiny_index_dir):
+    """medspaCy keeps entities in doc.spans: spans_key links those, overlaps allowed, ents untouched."""
+    from spacy.tokens import Span
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir),
+                                           "threshold": 0.0, "spans_key": "medspacy"})
+    doc = nlp.make_doc("lactic acidosis after metformin")
+    doc.spans["medspacy"] = [Span(doc, 0, 2, "Disease"), Span(doc, 1, 2, "Disease"), Span(doc, 3, 4, "Chemical")]
+    doc = nlp.get_pipe("sapbert_linker")(doc)
+    group = doc.spans["medspacy"]
+    assert [s.text for s in group] == ["lactic acidosis", "acidosis", "metformin"]
+    assert group[0]._.cui == "D000140" and group[0].kb_id_ == "D000140" and group[2]._.cui == "D008687"
+    assert all(s._.kb_ents for s in group) and doc.ents == ()
