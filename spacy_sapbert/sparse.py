@@ -118,7 +118,8 @@ class HybridRescorer:
 
         from .defaults import cached_build
 
-        cached_build(folder, fit, intact, "hybrid score's char n-gram tf-idf of the names")
+        cached_build(folder, fit, intact, "hybrid score's char n-gram tf-idf of the names",
+                     takes="a few seconds for the bundled index")
         return loaded[-1]
 
     def transform(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
