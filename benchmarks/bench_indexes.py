@@ -30,16 +30,17 @@ K = 10
 def exact_index_dir(index: str) -> Path:
     if index != "default":
         return Path(index)
-    from spacy_sapbert.defaults import default_model_path, exact_default_index_path
-    from spacy_sapbert.encoder import Encoder
+    from spacy_sapbert.assets import default_model_path
+    from spacy_sapbert.resources import exact_default_index_path
+    from spacy_sapbert.encoder import TorchEncoder
 
-    return exact_default_index_path(Encoder(default_model_path()))
+    return exact_default_index_path(TorchEncoder(default_model_path()))
 
 
 def queries(index_dir: Path, data_dir: Path, out: Path) -> Path:
     """Encode the dev mentions with the index's model at int8; save them as .npy."""
-    from spacy_sapbert.defaults import default_model_path
-    from spacy_sapbert.encoder_base import load_encoder
+    from spacy_sapbert.assets import default_model_path
+    from spacy_sapbert.resources import load_encoder
     from spacy_sapbert.index import ConceptIndex
     from training.datasets import load_pubtator_split
 

@@ -3,8 +3,8 @@ SapBERT-style embeddings searched in a FAISS index.
 
 spaCy finds the `sapbert_linker` factory through the `spacy_factories` entry point, so
 `nlp.add_pipe("sapbert_linker")` and `spacy.load` need no import. The names below load on first
-use, so the torch-only modules (`encoder`, `encoder_base`, `kb`) import where spaCy and FAISS
-are absent, as on a borrowed GPU machine that trains a model. It never imports the training code.
+use, so the torch-only modules (`encoder`, `encoding`, `cache`, `ranking`, `kb`) import where
+spaCy and FAISS are absent, as on a borrowed GPU machine that trains a model. It never imports the training code.
 """
 import importlib
 

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 import typer
 from wasabi import msg
 
-from .defaults import DEFAULT, MESH_LABEL_TYPES
+from .assets import DEFAULT, MESH_LABEL_TYPES
 from .index import INDEX_TYPES
 
 app = typer.Typer(
@@ -44,7 +44,7 @@ def _fail(err: Exception) -> None:
 
 
 def _user_errors() -> tuple:
-    from .encoder_base import EncoderError
+    from .encoding import EncoderError
     from .index import ConceptIndexError
     from .kb import KBFormatError
 
@@ -82,8 +82,8 @@ def build_index(
     ),
 ):
     """Embed every name of a knowledge base and write a FAISS concept index."""
-    from .defaults import resolve_model
-    from .encoder import Encoder
+    from .assets import resolve_model
+    from .encoder import TorchEncoder
     from .index import ConceptIndex, check_label_types
     from .kb import load_kb
 
@@ -103,7 +103,7 @@ def build_index(
     try:
         knowledge_base = load_kb(kb, format.value, **kwargs)
         msg.info(f"{kb}: {len(knowledge_base)} concepts, {knowledge_base.n_names} names")
-        encoder = Encoder(resolve_model(model), pooling=pooling, max_length=max_length, device=device,
+        encoder = TorchEncoder(resolve_model(model), pooling=pooling, max_length=max_length, device=device,
                           batch_size=batch_size)
         index = ConceptIndex.build(knowledge_base, encoder, index_type=index_type.value, show_progress=True)
     except _user_errors() as err:
@@ -244,7 +244,7 @@ def export_onnx_command(
     max_length: int = typer.Option(25, "--max-length", help="Tokens per mention."),
 ):
     """Export a model to ONNX for fast CPU linking; pass the directory as the linker's `model`."""
-    from .defaults import resolve_model
+    from .assets import resolve_model
     from .onnx_encoder import export_onnx
 
     try:

@@ -6,7 +6,7 @@ import spacy
 from spacy.language import Language
 from spacy.lang.en.stop_words import STOP_WORDS
 
-from .defaults import ASSETS, DEFAULT
+from .assets import ASSETS, DEFAULT
 from .kb import KnowledgeBase
 from .tokenization import split_close_before_hyphen
 
@@ -56,7 +56,7 @@ def load_ner() -> Language:
     trained on BC5CDR train) as a spaCy pipeline, ready for `nlp.add_pipe("sapbert_linker")`:
     what the README's snippet and `spacy-sapbert link` start from."""
     if not (DEMO_NER / "config.cfg").exists():
-        from .defaults import ResourceError
+        from .cache import ResourceError
 
         raise ResourceError(f"No NER is bundled in {DEMO_NER}; train one with `spacy project run ner`, or "
                             "start from any pipeline that sets doc.ents.")

@@ -11,9 +11,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from .encoder_base import (  # noqa: F401  (re-exported: training imports them from here)
-    POOLING_FILE, POOLINGS, TEACHER_FILE, EncoderError, detect_pooling, length_sorted_batches,
-)
+from .encoding import POOLING_FILE, POOLINGS, TEACHER_FILE, EncoderError, detect_pooling, length_sorted_batches
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +47,7 @@ def load_transformer(source: Union[str, Path]):
         return tokenizer, AutoModel.from_pretrained(source, dtype=torch.float32)
     from safetensors.torch import load_file
 
-    from .defaults import resolve_model
+    from .assets import resolve_model
 
     record = json.loads(record_file.read_text())
     base = resolve_model(record["base"])
@@ -102,7 +100,7 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-class Encoder:
+class TorchEncoder:
     """A Hugging Face encoder that turns texts into L2-normalised vectors.
 
     model: a local directory or a Hugging Face model name.
@@ -159,7 +157,7 @@ class Encoder:
         self.teacher_model: Optional[str] = None  # resolved to a directory
         teacher_file = local / TEACHER_FILE
         if teacher_file.exists():
-            from .defaults import resolve_model
+            from .assets import resolve_model
 
             teacher = json.loads(teacher_file.read_text())
             self._fingerprint = teacher["fingerprint"]
@@ -233,7 +231,7 @@ class Encoder:
 
     def __repr__(self) -> str:
         return (
-            f"Encoder({self.name_or_path!r}, pooling={self.pooling!r}, "
+            f"TorchEncoder({self.name_or_path!r}, pooling={self.pooling!r}, "
             f"max_length={self.max_length}, device={str(self.device)!r})"
         )
 

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 import faiss
 import numpy as np
 
-from .encoder_base import best_concepts, damaged_record, file_records
+from .cache import damaged_record, file_records
+from .ranking import best_concepts
 from .kb import KBFormatError, KnowledgeBase, name_key, read_jsonl, write_jsonl
 
-if TYPE_CHECKING:  # the encoder pulls in torch; the index itself does not need it
-    from .encoder import Encoder
+if TYPE_CHECKING:
+    from .encoding import Encoder
 
 logger = logging.getLogger(__name__)
 

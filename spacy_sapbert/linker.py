@@ -14,7 +14,8 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
 from spacy.util import minibatch
 
-from .defaults import DEFAULT, resolve_index, resolve_model
+from .assets import DEFAULT, resolve_model
+from .resources import resolve_index
 from .index import Candidates, ConceptIndex, ConceptIndexError, check_label_types
 from .kb import name_key
 
@@ -280,7 +281,7 @@ class SapBERTLinker(Pipe):
         score_attr: str = "cui_score",
         candidates_attr: str = "kb_ents",
     ):
-        from .encoder_base import POOLINGS, PRECISIONS
+        from .encoding import POOLINGS, PRECISIONS
 
         if cache_size < 0:
             raise ValueError(f"cache_size ({cache_size}) must be 0 (off) or more; set it in the sapbert_linker config.")
@@ -352,7 +353,8 @@ class SapBERTLinker(Pipe):
         return self.index.kb
 
     def _load(self, model: Union[str, Path], index: Union[str, Path], graph_over: Optional[Path] = None) -> None:
-        from .encoder_base import load_encoder, recorded_sparse_weight  # torch only for an fp32 model
+        from .encoding import recorded_sparse_weight  # torch only for an fp32 model
+        from .resources import load_encoder
 
         model_path = resolve_model(str(model))
         self.encoder = load_encoder(
@@ -362,10 +364,10 @@ class SapBERTLinker(Pipe):
         )
         index_path = resolve_index(str(index), self.encoder)
         if graph_over is not None:  # a saved pipeline's compact index: search the cached graph over it
-            from .defaults import graph_over_codes
+            from .resources import graph_over_codes
 
             index_path = graph_over_codes(graph_over, self.encoder)
-        from .defaults import compact_source
+        from .resources import compact_source
 
         # What to_disk writes: the compact codes the graph was built over (54 MB), not the graph.
         self._compact = graph_over or compact_source(index_path)
@@ -375,7 +377,7 @@ class SapBERTLinker(Pipe):
             weight = recorded_sparse_weight(getattr(self.encoder, "path", model_path))
         self.hybrid = None
         if weight:
-            from .defaults import cache_dir
+            from .cache import cache_dir
             from .sparse import HybridRescorer
 
             self.hybrid = HybridRescorer.for_index(self.index, weight, cache=cache_dir())

@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
-from .defaults import cache_dir, cached_build
-from .encoder_base import (
-    PRECISIONS, PROGRESS_MIN_TEXTS, SPARSE_FILE, EncoderError, damaged_record, file_records, file_sha256,
-)
+from .cache import cache_dir, cached_build
+from .cache import damaged_record, file_records, file_sha256
+from .encoding import PRECISIONS, PROGRESS_MIN_TEXTS, SPARSE_FILE, EncoderError
 
 logger = logging.getLogger(__name__)
 
@@ -222,9 +221,9 @@ def export_onnx(
         raise EncoderError(f"Unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}.")
     import torch
 
-    from .encoder import Encoder, pool
+    from .encoder import TorchEncoder, pool
 
-    encoder = Encoder(model, pooling=pooling, max_length=max_length, device="cpu")
+    encoder = TorchEncoder(model, pooling=pooling, max_length=max_length, device="cpu")
     inputs = [n for n in ("input_ids", "attention_mask", "token_type_ids")
               if n in encoder.tokenizer.model_input_names]
 
@@ -303,7 +302,7 @@ def export_onnx(
 def calibration_texts() -> list:
     """Names that calibrate int8 activation scales: every CALIBRATION_STEP-th name of the bundled
     index's KB (MeSH and MONDO names, the text the default index embeds)."""
-    from .defaults import default_kb
+    from .assets import default_kb
 
     names, _ = default_kb()[0].name_rows()
     return names[::CALIBRATION_STEP]

@@ -63,7 +63,7 @@ class HybridRescorer:
     def __init__(self, names: Optional[Sequence[str]], weight: float, state: Optional[Path] = None):
         self.weight = float(weight)
         if state is not None:
-            from .encoder_base import damaged_record
+            from .cache import damaged_record
 
             recorded = json.loads((state / "files.json").read_text(encoding="utf-8"))
             if set(recorded) != set(STATE_FILES) or damaged_record(state, recorded):
@@ -84,7 +84,7 @@ class HybridRescorer:
         (folder / "vocabulary.json").write_text(json.dumps(self.vocabulary, ensure_ascii=False), encoding="utf-8")
         np.save(folder / "idf.npy", self.idf)
         scipy.sparse.save_npz(folder / "names.npz", self.name_vectors, compressed=False)
-        from .encoder_base import file_records
+        from .cache import file_records
 
         (folder / "files.json").write_text(json.dumps(file_records(folder, STATE_FILES), indent=2))
 
@@ -116,7 +116,7 @@ class HybridRescorer:
             loaded.append(cls(index.row_names(), weight))
             loaded[-1].save(staging)
 
-        from .defaults import cached_build
+        from .cache import cached_build
 
         cached_build(folder, fit, intact, "hybrid score's char n-gram tf-idf of the names",
                      takes="a few seconds for the bundled index")

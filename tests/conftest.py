@@ -52,7 +52,7 @@ def tiny_model(tmp_path_factory) -> Path:
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    from spacy_sapbert.encoder import POOLING_FILE
+    from spacy_sapbert.encoding import POOLING_FILE
 
     path = tmp_path_factory.mktemp("tiny-bert")
     vocab_file = path / "vocab.txt"
@@ -103,15 +103,15 @@ def tiny_pairs(tmp_path_factory, tiny_kb):
 
 @pytest.fixture(scope="session")
 def tiny_encoder(tiny_model):
-    from spacy_sapbert.encoder import Encoder
+    from spacy_sapbert.encoder import TorchEncoder
 
-    return Encoder(tiny_model, batch_size=4)
+    return TorchEncoder(tiny_model, batch_size=4)
 
 
 @pytest.fixture(scope="session")
 def tiny_index_dir(tiny_kb, tiny_encoder, tmp_path_factory) -> Path:
     """A flat index over the tiny ontology, saved, with MeSH-style label types."""
-    from spacy_sapbert.defaults import MESH_LABEL_TYPES
+    from spacy_sapbert.assets import MESH_LABEL_TYPES
     from spacy_sapbert.index import ConceptIndex
 
     index = ConceptIndex.build(tiny_kb, tiny_encoder)

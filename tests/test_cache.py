@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spacy_sapbert import defaults
-from spacy_sapbert.defaults import ResourceError, cached_build
+from spacy_sapbert import cache as cache_module, resources
+from spacy_sapbert.cache import ResourceError, cached_build
 
 
 @pytest.fixture
@@ -32,17 +32,17 @@ def _debris(cache: Path):
 
 
 def test_a_damaged_entry_is_rebuilt_with_one_warning(cache, caplog):
-    target = defaults.cache_dir() / "entry"
+    target = cache_module.cache_dir() / "entry"
     cached_build(target, _write, _intact, "a test entry")
     (target / "data.txt").write_text("overwritten")
-    with caplog.at_level(logging.WARNING, logger="spacy_sapbert.defaults"):
+    with caplog.at_level(logging.WARNING, logger="spacy_sapbert.cache"):
         assert cached_build(target, _write, _intact, "a test entry") == target
     assert _intact(target) and [r.message for r in caplog.records if "damaged" in r.message]
     assert _debris(cache) == []
 
 
 def test_a_failed_write_leaves_no_staging_folder_and_names_the_way_out(cache):
-    target = defaults.cache_dir() / "entry"
+    target = cache_module.cache_dir() / "entry"
 
     def full_disk(staging: Path) -> None:
         (staging / "part").write_text("half")
@@ -57,7 +57,7 @@ def test_two_processes_build_an_entry_once(cache, tmp_path):
     code = f"""
 import time
 from pathlib import Path
-from spacy_sapbert.defaults import cache_dir, cached_build
+from spacy_sapbert.cache import cache_dir, cached_build
 def build(staging):
     with open({str(tmp_path / "builds")!r}, "a") as f:
         f.write("x")
@@ -76,12 +76,12 @@ def test_a_damaged_cached_index_is_not_taken_as_intact(tiny_index_dir, tiny_enco
     import shutil
 
     copy = Path(shutil.copytree(tiny_index_dir, tmp_path / "index"))
-    assert defaults._cached_index_intact(copy, tiny_encoder.fingerprint)
+    assert resources._cached_index_intact(copy, tiny_encoder.fingerprint)
     rows = copy / "rows.npy"
     data = bytearray(rows.read_bytes())
     data[-1] ^= 0xFF
     rows.write_bytes(bytes(data))
-    assert not defaults._cached_index_intact(copy, tiny_encoder.fingerprint)
+    assert not resources._cached_index_intact(copy, tiny_encoder.fingerprint)
     meta = json.loads((copy / "meta.json").read_text())
     del meta["files"]
     (copy / "meta.json").write_text(json.dumps(meta))
@@ -92,7 +92,7 @@ def test_a_damaged_cached_index_is_not_taken_as_intact(tiny_index_dir, tiny_enco
 
 
 def test_a_damaged_onnx_export_is_exported_again_and_a_given_one_refused(cache, tiny_model, caplog):
-    from spacy_sapbert.encoder_base import EncoderError
+    from spacy_sapbert.encoding import EncoderError
     from spacy_sapbert.onnx_encoder import OnnxEncoder, exported_model
 
     first = exported_model(tiny_model, "int8")
@@ -103,7 +103,7 @@ def test_a_damaged_onnx_export_is_exported_again_and_a_given_one_refused(cache, 
     onnx_file.write_bytes(bytes(data))
     with pytest.raises(EncoderError, match=r"model.onnx does not match the checksum"):
         OnnxEncoder(first)
-    with caplog.at_level(logging.WARNING, logger="spacy_sapbert.defaults"):
+    with caplog.at_level(logging.WARNING, logger="spacy_sapbert.cache"):
         again = exported_model(tiny_model, "int8")
     assert again == first and [r for r in caplog.records if "damaged" in r.message]
     assert (OnnxEncoder(again).encode(["lactic acidosis"]) == vectors).all()

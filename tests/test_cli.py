@@ -94,7 +94,6 @@ def test_export_onnx_and_convert_index(cli_index, tiny_model, tmp_path):
 def test_label_types_of_the_wrong_shape_are_refused_where_given(tiny_kb_file, tiny_model, cli_index, tmp_path):
     import shutil
 
-    import numpy as np
 
     from spacy_sapbert.index import ConceptIndex, ConceptIndexError
 
@@ -115,7 +114,7 @@ def test_rows_outside_the_kb_are_refused_at_load_even_with_fresh_checksums(cli_i
 
     import numpy as np
 
-    from spacy_sapbert.encoder_base import file_sha256
+    from spacy_sapbert.cache import file_sha256
     from spacy_sapbert.index import ConceptIndex, ConceptIndexError
 
     bad = shutil.copytree(cli_index, tmp_path / "bad-rows")

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from spacy_sapbert.encoder import Encoder, EncoderError, detect_pooling
+from spacy_sapbert.encoder import TorchEncoder
+from spacy_sapbert.encoding import EncoderError, detect_pooling
 
 
 def test_vectors_are_unit_and_keep_input_order(tiny_encoder):
@@ -15,17 +16,17 @@ def test_vectors_are_unit_and_keep_input_order(tiny_encoder):
 
 
 def test_pooling_changes_vectors_and_fingerprint(tiny_model):
-    cls, mean = Encoder(tiny_model, pooling="cls"), Encoder(tiny_model, pooling="mean")
+    cls, mean = TorchEncoder(tiny_model, pooling="cls"), TorchEncoder(tiny_model, pooling="mean")
     assert not np.allclose(cls.encode(["metformin"]), mean.encode(["metformin"]))
     assert cls.fingerprint != mean.fingerprint
-    assert cls.fingerprint == Encoder(tiny_model, pooling="cls").fingerprint
-    assert Encoder(tiny_model, pooling="cls", max_length=8).fingerprint != cls.fingerprint
+    assert cls.fingerprint == TorchEncoder(tiny_model, pooling="cls").fingerprint
+    assert TorchEncoder(tiny_model, pooling="cls", max_length=8).fingerprint != cls.fingerprint
 
 
 def test_auto_pooling_reads_the_model_directory(tiny_model, tmp_path):
     assert detect_pooling(tiny_model) == "mean"
-    saved = Encoder(tiny_model, pooling="cls").save(tmp_path / "copy")
-    assert Encoder(saved).pooling == "cls"
+    saved = TorchEncoder(tiny_model, pooling="cls").save(tmp_path / "copy")
+    assert TorchEncoder(saved).pooling == "cls"
     assert detect_pooling(tmp_path) == "cls"
 
 
@@ -38,7 +39,7 @@ def test_an_fp16_model_computes_in_fp32_on_a_cpu(tiny_model, tiny_encoder, tmp_p
     half = tmp_path / "fp16"
     shutil.copytree(tiny_model, half)
     AutoModel.from_pretrained(str(tiny_model), dtype=torch.float16).save_pretrained(half)
-    encoder = Encoder(half)
+    encoder = TorchEncoder(half)
     assert encoder.model.dtype == torch.float32
     texts = ["lactic acidosis", "metformin"]
     np.testing.assert_allclose(encoder.encode(texts), tiny_encoder.encode(texts), atol=2e-3)
@@ -52,10 +53,10 @@ def test_long_empty_and_unicode_texts(tiny_encoder):
 
 def test_errors(tiny_model, tmp_path):
     with pytest.raises(EncoderError, match=r"Unknown pooling 'max'; use one of cls, mean"):
-        Encoder(tiny_model, pooling="max")
+        TorchEncoder(tiny_model, pooling="max")
     with pytest.raises(EncoderError, match=r"has no config.json, so it is not a Hugging Face model directory"):
-        Encoder(tmp_path)
+        TorchEncoder(tmp_path)
     with pytest.raises(EncoderError, match=r"Unknown device 'tpu'"):
-        Encoder(tiny_model, device="tpu")
+        TorchEncoder(tiny_model, device="tpu")
     with pytest.raises(EncoderError, match=r"max_length must be at least 2"):
-        Encoder(tiny_model, max_length=1)
+        TorchEncoder(tiny_model, max_length=1)

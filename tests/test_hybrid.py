@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from spacy_sapbert.encoder_base import SPARSE_FILE, recorded_sparse_weight
+from spacy_sapbert.encoding import SPARSE_FILE, recorded_sparse_weight
 from spacy_sapbert.index import ConceptIndex
 from spacy_sapbert.kb import Concept, KnowledgeBase
 from spacy_sapbert.sparse import HybridRescorer

@@ -3,7 +3,7 @@ import filecmp
 import numpy as np
 import pytest
 
-from spacy_sapbert.encoder import Encoder
+from spacy_sapbert.encoder import TorchEncoder
 from spacy_sapbert.index import (
     FAISS_FILE,
     KB_FILE,
@@ -103,7 +103,7 @@ def test_pickle_round_trip(flat_index, tiny_encoder):
 
 def test_mismatched_model_is_refused(flat_index, tiny_model, tmp_path):
     path = flat_index.save(tmp_path / "idx")
-    other = Encoder(tiny_model, pooling="cls")
+    other = TorchEncoder(tiny_model, pooling="cls")
     with pytest.raises(ConceptIndexError, match=r"was built with model .* not with .*; rebuild it with `spacy-sapbert build-index`"):
         ConceptIndex.load(path, encoder=other)
 

@@ -155,14 +155,14 @@ def tiny_keys(tiny_kb, tiny_model, tmp_path, monkeypatch):
 def test_a_run_against_frozen_keys_learns_and_answers_to_the_keys_model(tiny_model, tiny_keys, tiny_encoder, tmp_path):
     from safetensors.torch import load_file
 
-    from spacy_sapbert.encoder import Encoder
+    from spacy_sapbert.encoder import TorchEncoder
     from spacy_sapbert.index import ConceptIndex
 
     run = tmp_path / "run"
     final = Trainer(keys_config(tiny_model), None, run, keys=[tmp_path / "keys"]).train()
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert sum(r["loss"] for r in rows[-4:]) < sum(r["loss"] for r in rows[:4])
-    trained = Encoder(final)
+    trained = TorchEncoder(final)
     assert trained.fingerprint == tiny_encoder.fingerprint == tiny_keys.fingerprint
     assert not np.allclose(trained.encode(["diabetes"]), tiny_encoder.encode(["diabetes"]))
     before = load_file(str(tiny_model / "model.safetensors"))
@@ -203,27 +203,28 @@ def test_a_student_keeps_the_layers_it_names(tiny_model, tiny_keys, tmp_path):
 
 
 def test_package_stores_only_what_training_changed_and_loads_whole(tiny_model, tiny_keys, tmp_path, monkeypatch):
-    from spacy_sapbert.encoder import BASE_FILE, EncoderError, Encoder
+    from spacy_sapbert.encoder import BASE_FILE, TorchEncoder
+    from spacy_sapbert.encoding import EncoderError
     from training.package import package_model
 
     final = Trainer(keys_config(tiny_model, max_steps=3), None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
     packaged = package_model(final, tmp_path / "package", base=str(tiny_model))
     record = json.loads((packaged / BASE_FILE).read_text())
     assert record["from_base"] == ["embeddings.word_embeddings.weight", "pooler.dense.bias", "pooler.dense.weight"]
-    full = Encoder(final)
-    small = Encoder(packaged)
+    full = TorchEncoder(final)
+    small = TorchEncoder(packaged)
     assert small.fingerprint == full.fingerprint  # both answer to the keys' model
     assert np.allclose(small.encode(["lactic acidosis"]), full.encode(["lactic acidosis"]), atol=2e-3)
     # A base whose frozen tensors differ is refused, naming the base.
     record["sha256"] = "0" * 64
     (packaged / BASE_FILE).write_text(json.dumps(record))
     with pytest.raises(EncoderError, match="weights differ from the ones it was trained with"):
-        Encoder(packaged)
+        TorchEncoder(packaged)
 
 
 def test_a_trained_query_encoder_exports_to_int8_and_indexes_with_the_keys_model(tiny_model, tiny_keys, tiny_encoder, tmp_path):
-    from spacy_sapbert.encoder import Encoder
-    from spacy_sapbert.encoder_base import exact_encoder, load_encoder
+    from spacy_sapbert.encoder import TorchEncoder
+    from spacy_sapbert.resources import exact_encoder, load_encoder
 
     final = Trainer(keys_config(tiny_model, max_steps=2), None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
     fast = load_encoder(final, "int8")
@@ -233,7 +234,7 @@ def test_a_trained_query_encoder_exports_to_int8_and_indexes_with_the_keys_model
     config = keys_config(final, max_steps=2)
     config.model.layers = [0]
     student = Trainer(config, None, tmp_path / "student", keys=[tmp_path / "keys"]).train()
-    assert exact_encoder(Encoder(student)).name_or_path == tiny_encoder.name_or_path
+    assert exact_encoder(TorchEncoder(student)).name_or_path == tiny_encoder.name_or_path
 
 
 def test_key_sources_name_how_often_an_epoch_visits_them(tmp_path):
@@ -249,17 +250,18 @@ def test_key_sources_name_how_often_an_epoch_visits_them(tmp_path):
 
 
 def test_refreshed_keys_make_a_model_of_its_own_space(tiny_model, tiny_keys, tiny_encoder, tmp_path):
-    from spacy_sapbert.encoder import TEACHER_FILE, Encoder
+    from spacy_sapbert.encoder import TorchEncoder
+    from spacy_sapbert.encoding import TEACHER_FILE
 
     config = keys_config(tiny_model, max_steps=4)
     config.objective.refresh_keys_every = 2
     final = Trainer(config, None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
     assert not (final / TEACHER_FILE).exists()
-    assert Encoder(final).fingerprint != tiny_encoder.fingerprint
+    assert TorchEncoder(final).fingerprint != tiny_encoder.fingerprint
 
 
 def test_the_hybrid_learns_its_sparse_weight_and_the_model_records_it(tiny_model, tiny_keys, tmp_path):
-    from spacy_sapbert.encoder_base import recorded_sparse_weight
+    from spacy_sapbert.encoding import recorded_sparse_weight
 
     config = keys_config(tiny_model, max_steps=6)
     config.objective.sparse_weight = 0.3

@@ -59,7 +59,7 @@ def test_a_pack_scores_as_the_harness_does(tiny_encoder, tmp_path):
 
 
 def test_ties_put_the_later_row_first():
-    from spacy_sapbert.encoder_base import tie_order
+    from spacy_sapbert.ranking import tie_order
 
     scores = np.array([0.5, 0.9, 0.9 + 1e-9, 0.1], dtype=np.float32)
     rows = np.array([3, 2, 7, 1])

@@ -408,7 +408,7 @@ def test_tie_order_takes_faiss_pads_without_overflow():
 
     import numpy as np
 
-    from spacy_sapbert.encoder_base import tie_order
+    from spacy_sapbert.ranking import tie_order
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

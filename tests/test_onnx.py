@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from conftest import TINY_CONCEPTS
 
-from spacy_sapbert.encoder_base import EncoderError, load_encoder
+from spacy_sapbert.encoding import EncoderError
+from spacy_sapbert.resources import load_encoder
 from spacy_sapbert.onnx_encoder import ONNX_META, OnnxEncoder, exported_model, export_onnx
 
 TEXTS = ["Lactic acidosis", "type 2 diabetes", "", "  ", "ÄB-12 café naïve β-blocker", "x" * 300,
@@ -119,7 +120,7 @@ def test_saved_int8_pipeline_loads_as_int8(onnx_dirs, tiny_model, tiny_index_dir
 
 
 def test_the_bundled_fast_model_loads_without_torch_and_names_its_teacher():
-    from spacy_sapbert.defaults import bundled_index_meta, resolve_model
+    from spacy_sapbert.assets import bundled_index_meta, resolve_model
 
     fast = load_encoder(resolve_model("fast"), "int8")
     # Trained against the base's frozen keys, like the default: the bundled index serves it.

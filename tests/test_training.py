@@ -200,9 +200,9 @@ def test_twenty_steps_on_a_fixed_batch_lower_the_loss(tiny_model, tiny_pairs, tm
     record = json.loads((final / "training.json").read_text())
     assert record["steps"] == 20 and record["n_concepts"] == 10
     # The saved model links with the runtime encoder and keeps its pooling.
-    from spacy_sapbert.encoder import Encoder
+    from spacy_sapbert.encoder import TorchEncoder
 
-    encoder = Encoder(final)
+    encoder = TorchEncoder(final)
     assert encoder.pooling == "mean" and encoder.encode(["diabetes"]).shape == (1, 32)
 
 
@@ -354,7 +354,7 @@ def test_two_process_ddp_on_cpu(tiny_model, tiny_pairs, tmp_path):
 def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, tiny_pairs, tmp_path):
     from safetensors.torch import load_file
 
-    from spacy_sapbert.encoder import Encoder
+    from spacy_sapbert.encoder import TorchEncoder
     from training.package import package_model
 
     final = Trainer(tiny_config(tiny_model, max_steps=2), tiny_pairs, tmp_path / "run").train()
@@ -366,14 +366,14 @@ def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, ti
     assert {t.dtype for t in weights.values()} == {torch.float16}
     card = (packaged / "MODEL_CARD.md").read_text()
     assert "Steps: 2 of 128 texts" in card and "| ncbi-disease | dev | 90.0 |" in card and "Apache-2.0" in card
-    fp32, fp16 = Encoder(final), Encoder(packaged)
+    fp32, fp16 = TorchEncoder(final), TorchEncoder(packaged)
     assert fp16.pooling == "mean"
     assert float((fp32.encode(["lactic acidosis"]) * fp16.encode(["lactic acidosis"])).sum()) > 0.99
 
 
 def _rewrite_manifest(checkpoint):
     from training.loop import MANIFEST_FILE
-    from spacy_sapbert.encoder_base import file_records
+    from spacy_sapbert.cache import file_records
 
     files = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
     (checkpoint / MANIFEST_FILE).write_text(json.dumps(file_records(checkpoint, files)))

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import typer
 
-from spacy_sapbert.encoder_base import best_concepts
+from spacy_sapbert.ranking import best_concepts
 
 from .datasets import DEFAULT_DATA_DIR
 from .scoring import MAX_K, accuracy_at_k
@@ -132,13 +132,13 @@ def score_command(
     output: Optional[Path] = typer.Option(None, help="Write the results as JSON here"),
 ) -> None:
     """Score a model on dev packs: Acc@1 and Acc@5 per pack, as the harness computes them."""
-    from spacy_sapbert.encoder import Encoder, resolve_device
+    from spacy_sapbert.encoder import TorchEncoder, resolve_device
 
     files = sorted(packs.glob(f"*{PACK_SUFFIX}")) if packs.is_dir() else [packs]
     if not files:
         typer.echo(f"error: no *{PACK_SUFFIX} files in {packs}; write them with `python -m training.devpack write`.", err=True)
         raise typer.Exit(1)
-    encoder = Encoder(model, device=device, batch_size=batch_size)
+    encoder = TorchEncoder(model, device=device, batch_size=batch_size)
     results: List[Dict] = []
     for path in files:
         try:

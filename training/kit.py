@@ -84,8 +84,8 @@ def folder_bytes(folder: Path) -> int:
 
 def write_base(model: str, output: Path) -> Path:
     """The base encoder in fp16 (half the bytes; the loop trains it in fp32) with its pooling."""
-    from spacy_sapbert.defaults import resolve_model
-    from spacy_sapbert.encoder import POOLING_FILE, detect_pooling
+    from spacy_sapbert.assets import resolve_model
+    from spacy_sapbert.encoding import POOLING_FILE, detect_pooling
 
     from .package import package_model
 

@@ -33,10 +33,10 @@ import torch.distributed as dist
 from confection import Config
 from tqdm.auto import tqdm
 
-from spacy_sapbert.encoder import (
-    POOLINGS, POOLING_FILE, TEACHER_FILE, detect_pooling, load_transformer, pool, resolve_device,
-)
-from spacy_sapbert.encoder_base import SPARSE_FILE, damaged_record, file_records, file_sha256
+from spacy_sapbert.encoder import load_transformer, pool, resolve_device
+from spacy_sapbert.encoding import POOLINGS, POOLING_FILE, TEACHER_FILE, detect_pooling
+from spacy_sapbert.cache import damaged_record, file_records, file_sha256
+from spacy_sapbert.encoding import SPARSE_FILE
 
 from .keys import KeySet, read_keyset
 from .objective import KeyTargets, ObjectiveConfig, SelfAlignmentObjective, SynonymMarginalLoss
@@ -657,14 +657,14 @@ class Trainer:
     def _keys_model(self, keysets: Sequence[KeySet], source: PathLike) -> dict:
         """The model that embedded the frozen keys, which the trained model will answer to; the
         model training starts from must already answer to it (start in the keys' space)."""
-        from spacy_sapbert.encoder import Encoder
+        from spacy_sapbert.encoder import TorchEncoder
 
         spaces = {(keys.meta["model"], keys.fingerprint) for keys in keysets}
         if len(spaces) > 1:
             raise TrainingConfigError(f"The key sets were embedded by different models ({sorted(spaces)}); "
                                       "write them all with one --model.")
         (model, fingerprint), = spaces
-        own = Encoder(source, max_length=self.config.model.max_length).fingerprint
+        own = TorchEncoder(source, max_length=self.config.model.max_length).fingerprint
         if own != fingerprint:
             raise TrainingConfigError(
                 f"The key sets were embedded by {model!r} (fingerprint {fingerprint}), but {source} answers to "
@@ -676,7 +676,7 @@ class Trainer:
     @torch.no_grad()
     def _refresh_keys(self, encoder: PairEncoder, tokenizer, batches: "QueryBatches", objective, device) -> None:
         """Re-embed every key set's names with the model as it is now (symmetric training)."""
-        from spacy_sapbert.encoder_base import length_sorted_batches
+        from spacy_sapbert.encoding import length_sorted_batches
 
         was_training = encoder.training
         encoder.eval()
@@ -881,7 +881,7 @@ def train_from_cli(config_path: PathLike, pairs: Optional[PathLike], output: Pat
     spaCy-style dotted overrides (`--training.max_steps 2`), then train."""
     parsed = parse_overrides(overrides)
     if model:
-        from spacy_sapbert.defaults import resolve_model
+        from spacy_sapbert.assets import resolve_model
 
         parsed["model.name_or_path"] = resolve_model(model)
     config = TrainConfig.from_disk(config_path, overrides=parsed)

@@ -15,9 +15,10 @@ from typing import List, Optional
 
 import torch
 import typer
-from spacy_sapbert.defaults import BASE, resolve_model
-from spacy_sapbert.encoder import BASE_FILE, POOLING_FILE, TEACHER_FILE, load_transformer, tensors_sha256
-from spacy_sapbert.encoder_base import SPARSE_FILE
+from spacy_sapbert.assets import BASE, resolve_model
+from spacy_sapbert.encoder import BASE_FILE, load_transformer, tensors_sha256
+from spacy_sapbert.encoding import POOLING_FILE, TEACHER_FILE
+from spacy_sapbert.encoding import SPARSE_FILE
 
 from .loop import RUN_FILE
 

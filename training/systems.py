@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from spacy_sapbert.defaults import cache_dir
+from spacy_sapbert.cache import cache_dir
 from spacy_sapbert.kb import KnowledgeBase, name_key
 
 logger = logging.getLogger(__name__)
@@ -110,8 +110,9 @@ class EncoderSystem(LinkingSystem):
     def __init__(self, kb: KnowledgeBase, model: str, pooling: str = "auto", batch_size: int = 256,
                  device: str = "cpu", precision: str = "fp32", index_type: str = "flat",
                  sparse_weight: Optional[float] = None):
-        from spacy_sapbert.defaults import resolve_model
-        from spacy_sapbert.encoder_base import exact_encoder, load_encoder, recorded_sparse_weight
+        from spacy_sapbert.assets import resolve_model
+        from spacy_sapbert.encoding import recorded_sparse_weight
+        from spacy_sapbert.resources import exact_encoder, load_encoder
         from spacy_sapbert.index import ConceptIndex, make_faiss_index
 
         # Names are embedded by the exact model of the vector space (a student's

