@@ -35,7 +35,7 @@ bench: install
 # Pretraining on a lent GPU (README, "On a lent GPU"): the kit that travels in carry, and the
 # bundled assets (81 MB) kept out of the 64 MiB a device call sends; restore before committing.
 device-kit: install
-	$(BIN)/python -m training.kit prepare --output .device
+	$(BIN)/python -m training.device.kit prepare --output .device
 
 device-hide-assets:
 	mkdir -p .git/info && touch .git/info/exclude

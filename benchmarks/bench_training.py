@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from spacy_sapbert.assets import base_model_path  # noqa: E402
 from spacy_sapbert.encoder import resolve_device  # noqa: E402
-from training.loop import PairEncoder, TrainConfig, Trainer, _amp_settings  # noqa: E402
+from training.config import TrainConfig  # noqa: E402
+from training.loop import PairEncoder, Trainer, _amp_settings  # noqa: E402
 
 WORDS = "chronic acute renal hepatic failure syndrome deficiency carcinoma type disease".split()
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs ON a lent GPU machine (the device tool), from the repository root, with the kit of
-# `python -m training.kit prepare --output .device` named in carry. One call trains one slice:
+# `python -m training.device.kit prepare --output .device` named in carry. One call trains one slice:
 #
 #   MINUTES=8 scripts/device-pretrain.sh --training.lr 1e-4 --training.schedule linear
 #
@@ -11,7 +11,7 @@
 # - EXPORT=1 (default) returns the model in fp16 as $OUT/NAME.model.tar.NN (≤ 15 MB each) with
 #   NAME.metrics.jsonl; EXPORT=0 returns only metrics and dev figures (for side-by-side variants:
 #   start several with distinct RUN and NAME in the background, then `wait`).
-# Bring the model home with `python -m training.kit unpack <files_at> --output runs/<name>`.
+# Bring the model home with `python -m training.device.kit unpack <files_at> --output runs/<name>`.
 set -euo pipefail
 KIT=${KIT:-.device}
 RUN=${RUN:-/tmp/sapbert-pretrain}
@@ -42,6 +42,6 @@ status=0
 if [ "$status" -ne 0 ]; then
     echo "training exited with $status" >&2
 fi
-"$PYTHON" -m training.kit export "$RUN" "$OUT" --name "$NAME" --packs "$KIT/dev" \
+"$PYTHON" -m training.device.kit export "$RUN" "$OUT" --name "$NAME" --packs "$KIT/dev" \
     $([ "$EXPORT" = 1 ] || echo --no-model) || exit 1
 exit "$status"

@@ -68,13 +68,7 @@ def test_duplicate_documents_keep_all_mentions(tmp_path):
     assert len(corpus.documents) == 2 and len(corpus.mentions) == 2
 
 
-def test_concept_files_and_cadec(tmp_path):
-    (tmp_path / "1.concept").write_text("1||0|5||Disease||fever||D005334\n1||6|8||Disease||xx||-1\n")
-    corpus = ds.read_concept_files(tmp_path)
-    assert corpus.mentions[0].ids == ["D005334"] and corpus.n_unlinkable == 1
-    (tmp_path / "2.concept").write_text("1||0-5||Disease||fever||D1\n")
-    with pytest.raises(ds.CorpusFormatError, match=r"2\.concept:1: expected 'pmid\|\|start\|end"):
-        ds.read_concept_files(tmp_path)
+def test_cadec_concepts_and_pairs(tmp_path):
     standard = tmp_path / "standard.txt"
     standard.write_text("279038004\tthoracic back pain\n162076009\texcessive gas\n")
     kb = ds.read_cadec_concepts(standard)

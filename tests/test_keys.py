@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from training.keys import KeySetError, kb_keyset, read_keyset, write_keyset
-from training.loop import QueryBatches, TrainConfig, Trainer, TrainingConfigError
+from training.batches import QueryBatches
+from training.config import TrainConfig, TrainingConfigError
+from training.loop import Trainer
 from training.objective import KeyTargets, ObjectiveError, SynonymMarginalLoss
 
 

@@ -12,9 +12,9 @@ import pytest
 
 from spacy_sapbert.kb import Concept, KnowledgeBase
 from training import datasets as ds
-from training.devpack import pack_task, read_pack, score_pack, write_pack
+from training.device.devpack import pack_task, read_pack, score_pack, write_pack
+from training.device.kit import recompress, unpack_command
 from training.evaluate import Task, evaluate_linking
-from training.kit import recompress, unpack_command
 from training.pairs import PairFormatError, read_pairs
 from training.protocol import build_queries
 

@@ -7,10 +7,8 @@ from typer.testing import CliRunner
 
 from spacy_sapbert.kb import Concept, KnowledgeBase, read_jsonl, write_jsonl
 from training.datasets import Mention
-from training.pairs import (
-    PairFormatError, PairStats, absorb_mesh_twins, app, load_source, merge_ontologies, mention_pairs,
-    read_mesh_mappings, read_pairs, reference_key, synonym_pairs, write_pairs,
-)
+from training.ontology import absorb_mesh_twins, load_source, merge_ontologies, read_mesh_mappings, reference_key
+from training.pairs import PairFormatError, PairStats, app, mention_pairs, read_pairs, synonym_pairs, write_pairs
 
 TWELVE = Concept("D000012", "name 0", [f"name {i}" for i in range(1, 12)])
 
@@ -140,7 +138,7 @@ def test_a_mesh_target_of_two_mondo_concepts_merges_neither(caplog):
         Concept("MONDO:1", "high blood pressure", xrefs=["MESH:D006973"]),
         Concept("MONDO:2", "essential hypertension", xrefs=["MSH:D006973"]),
     ], name="mondo")
-    with caplog.at_level(logging.INFO, logger="training.pairs"):
+    with caplog.at_level(logging.INFO, logger="training.ontology"):
         merged = merge_ontologies([mesh_kb(), mondo])
     assert len(merged) == 5
     assert merged.cui_to_entity["D006973"].names == ["Hypertension"]
@@ -155,7 +153,7 @@ def test_a_merged_concept_holds_one_concept_per_source(caplog):
     mondo = KnowledgeBase([
         Concept("MONDO:1", "hypertensive diabetes", xrefs=["MESH:D003924", "MESH:D006973"]),
     ], name="mondo")
-    with caplog.at_level(logging.INFO, logger="training.pairs"):
+    with caplog.at_level(logging.INFO, logger="training.ontology"):
         merged = merge_ontologies([mesh_kb(), mondo])
     assert {"D003924", "D006973"} <= set(merged.cui_to_entity)
     assert len(merged) == 3

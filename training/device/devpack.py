@@ -2,8 +2,8 @@
 abbreviations, then scored wherever torch runs. A lent GPU machine has neither spaCy nor FAISS,
 so this is how a pretraining run is judged on dev between its timed slices there.
 
-    python -m training.devpack write --output .device/dev        # here: NCBI, BC5CDR-d, BC5CDR-c
-    python -m training.devpack score .device/dev --model runs/pretrain/model --output dev.json
+    python -m training.device.devpack write --output .device/dev        # here: NCBI, BC5CDR-d, BC5CDR-c
+    python -m training.device.devpack score .device/dev --model runs/pretrain/model --output dev.json
 
 A pack's Acc@k is what `spacy-sapbert evaluate --system model` reports for that dataset and
 protocol: the same queries and dictionary, searched exactly (fp32 on CPU, fp16 on a GPU). Packs
@@ -21,8 +21,8 @@ import typer
 
 from spacy_sapbert.ranking import best_concepts
 
-from .datasets import DEFAULT_DATA_DIR
-from .scoring import MAX_K, accuracy_at_k
+from ..datasets import DEFAULT_DATA_DIR
+from ..scoring import MAX_K, accuracy_at_k
 
 PACK_SUFFIX = ".pack.json.xz"  # xz: the chemical pack is 3.5 MB, 5.8 MB as gzip
 DEFAULT_DATASETS = "ncbi-disease,bc5cdr-disease,bc5cdr-chemical"
@@ -59,7 +59,7 @@ def read_pack(path: Path) -> dict:
         with lzma.open(path, "rt", encoding="utf-8") as handle:
             pack = json.load(handle)
     except (OSError, ValueError, lzma.LZMAError, EOFError) as err:
-        raise ValueError(f"{path} is not a dev pack ({err}); write it again with `python -m training.devpack write`.") from None
+        raise ValueError(f"{path} is not a dev pack ({err}); write it again with `python -m training.device.devpack write`.") from None
     missing = {"concepts", "names", "name_concept", "queries", "gold"} - set(pack)
     if missing:
         raise ValueError(f"{path} is not a dev pack: it lacks {', '.join(sorted(missing))}.")
@@ -115,7 +115,7 @@ def write_command(
     data_dir: Path = typer.Option(DEFAULT_DATA_DIR, help="Folder laid out as ../shared/data"),
 ) -> None:
     """Prepare each benchmark's queries and dictionary as the harness does, and write them."""
-    from .evaluate import prepare
+    from ..evaluate import prepare
 
     for dataset in [d.strip() for d in datasets.split(",") if d.strip()]:
         task = prepare(dataset, split, protocol, data_dir)
@@ -136,7 +136,7 @@ def score_command(
 
     files = sorted(packs.glob(f"*{PACK_SUFFIX}")) if packs.is_dir() else [packs]
     if not files:
-        typer.echo(f"error: no *{PACK_SUFFIX} files in {packs}; write them with `python -m training.devpack write`.", err=True)
+        typer.echo(f"error: no *{PACK_SUFFIX} files in {packs}; write them with `python -m training.device.devpack write`.", err=True)
         raise typer.Exit(1)
     encoder = TorchEncoder(model, device=device, batch_size=batch_size)
     results: List[Dict] = []
