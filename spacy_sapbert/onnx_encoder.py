@@ -219,51 +219,17 @@ def export_onnx(
     """
     if precision not in PRECISIONS:
         raise EncoderError(f"Unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}.")
-    import torch
-
-    from .encoder import TorchEncoder, pool
+    from .encoder import TorchEncoder
 
     encoder = TorchEncoder(model, pooling=pooling, max_length=max_length, device="cpu")
     inputs = [n for n in ("input_ids", "attention_mask", "token_type_ids")
               if n in encoder.tokenizer.model_input_names]
-
-    class Embed(torch.nn.Module):
-        def __init__(self, model, pooling):
-            super().__init__()
-            self.model, self.pooling = model, pooling
-
-        def forward(self, *tensors):
-            batch = dict(zip(inputs, tensors))
-            hidden = self.model(**batch).last_hidden_state
-            return torch.nn.functional.normalize(pool(hidden, batch["attention_mask"], self.pooling), dim=-1)
-
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    sample = encoder.tokenizer(["lactic acidosis", "type 2 diabetes mellitus"], padding=True, return_tensors="pt")
     with tempfile.TemporaryDirectory() as tmp:
-        fp32 = Path(tmp) / ONNX_FILE
-        with torch.inference_mode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the TorchScript exporter's notes on ops it rewrote
-            torch.onnx.export(
-                Embed(encoder.model, encoder.pooling).eval(), tuple(sample[n] for n in inputs), str(fp32),
-                input_names=inputs, output_names=["embeddings"],
-                dynamic_axes={**{n: {0: "batch", 1: "tokens"} for n in inputs}, "embeddings": {0: "batch"}},
-                opset_version=17, dynamo=False,
-            )
+        fp32 = _export_fp32(encoder, inputs, Path(tmp) / ONNX_FILE)
         if precision == "int8":
-            import onnx
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
-            # Per channel: per-tensor int8 (the default) moved MiniLM's vectors to a mean cosine
-            # of 0.956 with fp32 on NCBI mentions, per channel to 0.991.
-            root = logging.getLogger()
-            level, root.level = root.level, max(root.level, logging.ERROR)  # its "consider pre-processing" note
-            try:
-                quantize_dynamic(fp32, output / ONNX_FILE, weight_type=QuantType.QInt8, per_channel=True,
-                                 op_types_to_quantize=list(INT8_OPS),
-                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-            finally:
-                root.level = level
+            _quantise_weights(fp32, output / ONNX_FILE)
         else:
             shutil.copyfile(fp32, output / ONNX_FILE)
     encoder.tokenizer.save_pretrained(output)
@@ -279,17 +245,10 @@ def export_onnx(
     if not (output / TOKENIZER_FILE).exists():
         raise EncoderError(f"{model} has no fast tokenizer (tokenizer.json), which the ONNX path needs.")
     meta = {
-        "format_version": ONNX_FORMAT_VERSION,
-        "file": ONNX_FILE,
-        "precision": precision,
-        "pooling": encoder.pooling,
-        "max_length": encoder.max_length,
-        "dim": encoder.dim,
-        "inputs": inputs,
-        "pad_id": encoder.tokenizer.pad_token_id,
-        "pad_token": encoder.tokenizer.pad_token,
-        "source_model": encoder.name_or_path,
-        "source_fingerprint": encoder.fingerprint,
+        "format_version": ONNX_FORMAT_VERSION, "file": ONNX_FILE, "precision": precision,
+        "pooling": encoder.pooling, "max_length": encoder.max_length, "dim": encoder.dim, "inputs": inputs,
+        "pad_id": encoder.tokenizer.pad_token_id, "pad_token": encoder.tokenizer.pad_token,
+        "source_model": encoder.name_or_path, "source_fingerprint": encoder.fingerprint,
         # the fp32 model that embeds names into this space: the model itself, or a student's teacher
         "exact_model": encoder.teacher or encoder.name_or_path,
         **quantisation,
@@ -297,6 +256,49 @@ def export_onnx(
     }
     (output / ONNX_META).write_text(json.dumps(meta, indent=2) + "\n")
     return output
+
+
+def _export_fp32(encoder, inputs: Sequence[str], target: Path) -> Path:
+    """The whole job (encoder, pooling, L2 normalisation) as one fp32 ONNX graph at `target`."""
+    import torch
+
+    from .encoder import pool
+
+    class Embed(torch.nn.Module):
+        def __init__(self, model, pooling):
+            super().__init__()
+            self.model, self.pooling = model, pooling
+
+        def forward(self, *tensors):
+            batch = dict(zip(inputs, tensors))
+            hidden = self.model(**batch).last_hidden_state
+            return torch.nn.functional.normalize(pool(hidden, batch["attention_mask"], self.pooling), dim=-1)
+
+    sample = encoder.tokenizer(["lactic acidosis", "type 2 diabetes mellitus"], padding=True, return_tensors="pt")
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's notes on ops it rewrote
+        torch.onnx.export(
+            Embed(encoder.model, encoder.pooling).eval(), tuple(sample[n] for n in inputs), str(target),
+            input_names=list(inputs), output_names=["embeddings"],
+            dynamic_axes={**{n: {0: "batch", 1: "tokens"} for n in inputs}, "embeddings": {0: "batch"}},
+            opset_version=17, dynamo=False,
+        )
+    return target
+
+
+def _quantise_weights(fp32: Path, target: Path) -> None:
+    """INT8_OPS' weights to int8, per channel: per-tensor int8 (the default) moved MiniLM's
+    vectors to a mean cosine of 0.956 with fp32 on NCBI mentions, per channel to 0.991."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = logging.getLogger()
+    level, root.level = root.level, max(root.level, logging.ERROR)  # its "consider pre-processing" note
+    try:
+        quantize_dynamic(fp32, target, weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=list(INT8_OPS), extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    finally:
+        root.level = level
 
 
 def calibration_texts() -> list:

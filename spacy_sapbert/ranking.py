@@ -8,9 +8,8 @@ import numpy as np
 def tie_order(scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The order of one query's hits: best score first, and among scores equal to 6 decimals
     (one name under two concepts) the later row first, as FAISS's flat search mostly leaves
-    them. FAISS's own tie order shifts with k; fixing it makes the linker, the harness and the
-    dev packs agree. It matters: MEDIC gives some names under both an OMIM and a MeSH id, and
-    NCBI dev (standard) scores 89.2 with this order and 86.5 with the earlier row first."""
+    them. FAISS's own tie order shifts with k; fixing it makes every search agree. It matters
+    where a dictionary gives one name under two ids (MEDIC: an OMIM and a MeSH id; README)."""
     # in float64: FAISS pads a short result with -FLT_MAX, which overflows float32 when scaled
     return np.lexsort((-rows, -np.round(np.asarray(scores, dtype=np.float64), 6)))
 

@@ -42,7 +42,11 @@ def load_encoder(
             raise EncoderError(f"The {precision} ONNX encoder runs on CPU only, not device={device!r}; "
                                "use precision 'fp32' on a GPU.")
         path = exported_model(model, precision, pooling=pooling, max_length=max_length)
-        return OnnxEncoder(path, pooling=pooling, max_length=max_length, batch_size=batch_size, threads=threads)
+        encoder = OnnxEncoder(path, pooling=pooling, max_length=max_length, batch_size=batch_size, threads=threads)
+        if not is_onnx_dir(model):
+            # The export is cached by the model's content, so it may record another copy's path.
+            encoder.exported_from = str(model)
+        return encoder
     from .encoder import TorchEncoder
 
     return TorchEncoder(model, pooling=pooling, max_length=max_length, device=device, batch_size=batch_size)
@@ -60,7 +64,7 @@ def exact_encoder(encoder):
         while getattr(encoder, "teacher_model", None):
             encoder = TorchEncoder(encoder.teacher_model, pooling=encoder.pooling, max_length=encoder.max_length)
         return encoder
-    source = Path(resolve_model(meta["exact_model"]))
+    source = Path(resolve_model(getattr(encoder, "exported_from", None) or meta["exact_model"]))
     if not (source / "config.json").exists():
         raise EncoderError(f"{encoder.name_or_path} was exported from {source}, which is gone, and building "
                            "an index needs that exact model; point `model` at it, or export again.")

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 import numpy as np
 import scipy.sparse
 
+from .ranking import best_concepts
+
 if TYPE_CHECKING:  # training imports this module where FAISS is not installed
     from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -163,10 +165,8 @@ class SparseConceptIndex:
                  rows: Optional[tuple] = None):
         self.kb = kb
         if rows is None:
-            names, cuis = kb.name_rows()
-            position = {cui: i for i, cui in enumerate(kb.cui_to_entity)}
+            names, self.row_concepts = kb.name_row_concepts()
             self.concept_ids: List[str] = list(kb.cui_to_entity)
-            self.row_concepts = np.array([position[c] for c in cuis], dtype=np.int64)
         else:
             names, self.row_concepts, self.concept_ids = rows
         self.vectorizer = char_ngram_vectorizer(ngram_range, min_df)
@@ -183,23 +183,19 @@ class SparseConceptIndex:
         return cls(None, rows=(list(names), np.asarray(row_concepts, dtype=np.int64), list(concept_ids)), **settings)
 
     def search(self, texts: Sequence[str], k: int = 10) -> List["Candidates"]:
-        """The k best distinct concepts for each text, [(concept_id, cosine), …] best first."""
+        """The k best distinct concepts for each text, [(concept_id, cosine), …] best first,
+        ranked as every search is (ranking.best_concepts); names sharing no n-gram are no hit."""
         results: List["Candidates"] = []
         n_rows = self.name_vectors.shape[1]
         for start in range(0, len(texts), QUERY_BLOCK):
-            scores = self.score_rows(texts[start : start + QUERY_BLOCK])
-            for row in scores:
+            for row in self.score_rows(texts[start : start + QUERY_BLOCK]):
                 k_rows = min(n_rows, max(8 * k, 64))
                 while True:
                     top = np.argpartition(-row, k_rows - 1)[:k_rows] if k_rows < n_rows else np.arange(n_rows)
-                    top = top[np.argsort(-row[top], kind="stable")]
-                    best: Dict[int, float] = {}
-                    for r in top:
-                        if row[r] <= 0:
-                            break
-                        best.setdefault(int(self.row_concepts[r]), float(row[r]))
-                    if len(best) >= k or k_rows >= n_rows or row[top[-1]] <= 0:
+                    hits = np.where(row[top] > 0, top, -1)
+                    best = best_concepts(row[top], hits, self.row_concepts, k)
+                    if len(best) >= k or k_rows >= n_rows or (hits < 0).any():
                         break
                     k_rows = min(n_rows, k_rows * 4)
-                results.append([(self.concept_ids[c], s) for c, s in list(best.items())[:k]])
+                results.append([(self.concept_ids[c], s) for c, s in best])
         return results

@@ -82,7 +82,7 @@ def tiny_kb_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_kb(tiny_kb_file):
-    from spacy_sapbert.kb import read_jsonl
+    from spacy_sapbert.kb_formats import read_jsonl
 
     return read_jsonl(tiny_kb_file, name="tiny")
 
@@ -141,7 +141,7 @@ def linked_nlp(tiny_model, tiny_index_dir):
     """A ruler + sapbert_linker pipeline over the tiny model and index."""
     nlp = ruler_nlp(DEMO_PATTERNS)
     linker = nlp.add_pipe("sapbert_linker", config={
-        "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0, "k": 5,
+        "encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0, "k": 5,
     })
     linker.initialize()  # nlp.initialize() would also reset the ruler's patterns
     return nlp

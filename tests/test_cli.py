@@ -139,7 +139,7 @@ def test_info_on_a_saved_pipeline_shows_its_linker_index(cli_index, tiny_model, 
     import spacy
 
     nlp = spacy.blank("en")
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(cli_index)})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(cli_index)}})
     nlp.to_disk(tmp_path / "pipeline")
     result = runner.invoke(app, ["info", str(tmp_path / "pipeline")])
     assert result.exit_code == 0 and "model_fingerprint" in said(result) and "lang" not in said(result).split()
@@ -167,7 +167,7 @@ def test_link_takes_a_saved_pipeline_that_already_links(cli_index, ner_dir, tiny
 
     nlp = spacy.load(ner_dir)
     nlp.add_pipe("abbreviation_detector")
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(cli_index)})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(cli_index)}})
     nlp.to_disk(tmp_path / "full")
     result = runner.invoke(app, ["link", "Metformin was given.", "--ner", str(tmp_path / "full"), "--model", str(tiny_model),
                                  "--index", str(cli_index), "--threshold", "0"])

@@ -13,7 +13,7 @@ def test_spans_and_links_are_scored_per_label(tiny_model, tiny_index_dir, monkey
                   (39, 45, "Disease", ["D009369"])]}                  # missed by the ruler below
     monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir: (texts, gold))
     nlp = ruler_nlp([("CHEMICAL", "metformin"), ("Disease", "lactic acidosis"), ("Disease", "caused")])
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0})
     doc = nlp(text)
     cuis = {e.text: e._.cui for e in doc.ents}
     metrics = end_to_end.evaluate_end_to_end(nlp, "dev", tmp_path)
@@ -33,7 +33,7 @@ def test_nil_entities_predict_no_link(tiny_model, tiny_index_dir, monkeypatch, t
     gold = {"1": [(0, 9, "Chemical", ["D008687"]), (17, 32, "Disease", [])]}  # the second is unlinkable (-1)
     monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir: ({"1": text}, gold))
     nlp = ruler_nlp([("Chemical", "metformin"), ("Disease", "lactic acidosis"), ("Disease", "caused")])
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 1.0})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 1.0})
     metrics = end_to_end.evaluate_end_to_end(nlp, "dev", tmp_path)  # every entity NIL
     assert (metrics["link"]["all"]["tp"], metrics["link"]["all"]["fp"], metrics["link"]["all"]["fn"]) == (0, 0, 1)
     nil = metrics["nil"]["all"]  # "caused" and the unlinkable mention rightly NIL; metformin wrongly

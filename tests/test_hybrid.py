@@ -94,7 +94,8 @@ def test_the_pipe_takes_the_weight_the_model_records(tiny_model, tiny_index_dir,
     def linker(**config):
         nlp = ruler_nlp(DEMO_PATTERNS)
         pipe = nlp.add_pipe("sapbert_linker", config={
-            "model": str(model), "index": str(tiny_index_dir), "precision": "fp32", "threshold": 0.0, **config})
+            "encoder": {"model": str(model), "precision": "fp32"}, "index": {"index": str(tiny_index_dir)},
+            "threshold": 0.0, **config})
         pipe.initialize()
         return nlp, pipe
 

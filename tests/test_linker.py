@@ -6,7 +6,7 @@ import spacy
 from conftest import DEMO_PATTERNS, ruler_nlp
 
 from spacy_sapbert.index import ConceptIndexError
-from spacy_sapbert.linker import expand_abbreviations
+from spacy_sapbert.abbreviations import expand_abbreviations
 
 TEXT = "Patients with type 2 diabetes developed lactic acidosis after metformin; a tumour grew."
 
@@ -39,14 +39,14 @@ def test_label_types_restrict_candidates(linked_nlp):
 
 def test_threshold_gives_nil(tiny_model, tiny_index_dir):
     nlp = ruler_nlp(DEMO_PATTERNS)
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 1.0})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 1.0})
     ent = nlp(TEXT).ents[-1]  # "tumour": no name of the tiny KB scores 1
     assert ent._.cui is None and ent._.cui_score is None and ent._.kb_ents == [] and ent.kb_id_ == ""
 
 
 def test_only_configured_labels_are_linked(tiny_model, tiny_index_dir):
     nlp = ruler_nlp(DEMO_PATTERNS)
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "labels": ["Chemical"]})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "labels": ["Chemical"]})
     doc = nlp(TEXT)
     assert [e.text for e in doc.ents if e._.cui] == ["metformin"]
     assert all(e._.kb_ents == [] for e in doc.ents if e.label_ == "Disease")
@@ -55,7 +55,7 @@ def test_only_configured_labels_are_linked(tiny_model, tiny_index_dir):
 def test_label_types_that_match_nothing_are_refused(tiny_model, tiny_index_dir):
     nlp = ruler_nlp(DEMO_PATTERNS)
     nlp.add_pipe("sapbert_linker", config={
-        "model": str(tiny_model), "index": str(tiny_index_dir), "label_types": {"Disease": ["T047"]},
+        "encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "label_types": {"Disease": ["T047"]},
     })
     with pytest.raises(ConceptIndexError, match=r"label_types maps 'Disease' to types \['T047'\], but no concept"):
         nlp.get_pipe("sapbert_linker").initialize()
@@ -68,7 +68,7 @@ def test_abbreviations_resolve_to_long_form(tiny_model, tiny_index_dir, serializ
     nlp = ruler_nlp(DEMO_PATTERNS)
     # make_serializable=True (for n_process > 1) gives dicts instead of spans
     nlp.add_pipe("abbreviation_detector", config={"make_serializable": serializable})
-    config = {"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0}
+    config = {"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0}
     nlp.add_pipe("sapbert_linker", config=config)
     text = "Acute renal failure (ARF) was seen. Later ARF recurred."
     nlp.get_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "ARF"}])
@@ -87,7 +87,7 @@ def test_entities_follow_long_forms(tiny_model, tiny_index_dir, serializable, fo
 
     nlp = ruler_nlp([("Disease", "diabetes mellitus"), ("Chemical", "NIDDM"), ("Chemical", "metformin")])
     nlp.add_pipe("abbreviation_detector", config={"make_serializable": serializable})
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir),
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
                                            "threshold": 0.0, "follow_long_forms": follow})
     doc = nlp("Patients with non-insulin-dependent diabetes mellitus (NIDDM) took metformin.")
     got = [(e.text, e.label_) for e in doc.ents]
@@ -138,7 +138,7 @@ def test_round_trip_survives_deleting_sources(tiny_model, tiny_index_dir, tmp_pa
     shutil.copytree(tiny_model, model)
     shutil.copytree(tiny_index_dir, index)
     nlp = ruler_nlp(DEMO_PATTERNS)
-    nlp.add_pipe("sapbert_linker", config={"model": str(model), "index": str(index), "threshold": 0.0})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(model)}, "index": {"index": str(index)}, "threshold": 0.0})
     before = [(e.text, e._.kb_ents) for e in nlp(TEXT).ents]
     nlp.to_disk(tmp_path / "pipeline")
     shutil.rmtree(model)
@@ -169,7 +169,7 @@ def test_factory_is_cheap_and_registered_by_entry_point():
 
     code = (
         "import spacy, sys; nlp = spacy.blank('en'); p = nlp.add_pipe('sapbert_linker'); "
-        "assert p.index is None and p.encoder is None; "
+        "assert p.generator is None; "
         "assert 'transformers' not in sys.modules, 'factory imported transformers'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -177,7 +177,7 @@ def test_factory_is_cheap_and_registered_by_entry_point():
 
 def test_bad_config_is_refused():
     nlp = spacy.blank("en")
-    with pytest.raises(ValueError, match=r"k \(0\) and max_entities_per_mention \(5\) must be at least 1"):
+    with pytest.raises(ValueError, match=r"k \(0\) must be at least 1; set it in the sapbert_linker config"):
         nlp.add_pipe("sapbert_linker", config={"k": 0})
 
 
@@ -197,7 +197,7 @@ def test_default_model_and_index_link_out_of_the_box():
 def _cached_nlp(tiny_model, tiny_index_dir, cache_size, **config):
     nlp = ruler_nlp(DEMO_PATTERNS)
     linker = nlp.add_pipe("sapbert_linker", config={
-        "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0, "cache_size": cache_size,
+        "encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0, "cache_size": cache_size,
         **config,
     })
     linker.initialize()
@@ -221,9 +221,13 @@ def test_a_mention_seen_before_is_not_encoded_again_and_links_the_same(tiny_mode
 
 def test_the_cache_is_bounded_least_recently_used_first(tiny_model, tiny_index_dir):
     nlp, linker, encoded = _cached_nlp(tiny_model, tiny_index_dir, cache_size=2)
-    nlp(TEXT)
-    assert len(linker._cache) == 2
-    with pytest.raises(ValueError, match=r"cache_size \(-1\) must be 0 \(off\) or more"):
+    for text in ("a tumour", "metformin", "a tumour", "cisplatin"):  # metformin is then the oldest
+        nlp(text)
+    assert encoded == ["tumour", "metformin", "cisplatin"]  # the second tumour came from the cache
+    assert [text for text, _ in linker.generator._cache] == ["tumour", "cisplatin"]
+    nlp("metformin and a tumour")
+    assert encoded[3:] == ["metformin"]  # forgotten; tumour still remembered
+    with pytest.raises(ValueError, match=r"cache_size \(-1\) must be at least 0"):
         spacy.blank("en").add_pipe("sapbert_linker", config={"cache_size": -1})
 
 
@@ -271,8 +275,8 @@ def test_ncbi_dev_links_the_same_whatever_the_batching():
     reference = links(forward, 1000)
     assert sum(len(v) for v in reference.values()) > 700
     shuffled = list(np.random.default_rng(0).permutation(len(texts)))
-    for order, batch_size, config in [(forward, 1, {}), (forward, 1000, {"encoder_batch_size": 7}),
-                                      (forward, 1000, {"encoder_batch_size": 256}), (shuffled, 16, {})]:
+    for order, batch_size, config in [(forward, 1, {}), (forward, 1000, {"encoder": {"batch_size": 7}}),
+                                      (forward, 1000, {"encoder": {"batch_size": 256}}), (shuffled, 16, {})]:
         other = links(order, batch_size, **config)
         for i, ents in reference.items():
             assert [c for c, _ in other[i]] == [c for c, _ in ents], texts[i][0][:80]
@@ -280,10 +284,12 @@ def test_ncbi_dev_links_the_same_whatever_the_batching():
 
 
 @pytest.mark.parametrize("config, key", [
-    ({"encoder_batch_size": 0}, "encoder_batch_size"), ({"batch_size": 0}, "batch_size"),
-    ({"threads": -1}, "threads"), ({"max_length": 0}, "max_length"), ({"pooling": "max"}, "pooling"),
-    ({"precision": "int4"}, "precision"), ({"k": 3, "max_entities_per_mention": 5}, "max_entities_per_mention"),
+    ({"encoder": {"batch_size": 0}}, "batch_size"), ({"batch_size": 0}, "batch_size"),
+    ({"encoder": {"threads": -1}}, "threads"), ({"encoder": {"max_length": 0}}, "max_length"),
+    ({"encoder": {"pooling": "max"}}, "pooling"), ({"encoder": {"precision": "int4"}}, "precision"),
+    ({"k": 3, "max_entities_per_mention": 5}, "max_entities_per_mention"),
     ({"threshold": -0.5}, "threshold"), ({"threshold": 1.5}, "threshold"),
+    ({"encoder_batch_size": 0}, "batch_size"),  # a flat key of an old config: checked all the same
 ])
 def test_each_bad_setting_fails_at_add_pipe_naming_its_key(config, key, tmp_path, monkeypatch):
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path))
@@ -297,7 +303,7 @@ def test_labels_match_whatever_their_case_and_text_without_letters_is_not_linked
     from spacy.tokens import Span
 
     nlp = spacy.blank("en")
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir),
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
                                            "label_types": {"Chemical": ["D"]}, "threshold": 0.0})
     doc = nlp.make_doc("metformin and lactic acidosis , then ...")
     doc.ents = [Span(doc, 0, 1, "CHEMICAL"), Span(doc, 2, 4, "Chemical"), Span(doc, 4, 5, "Chemical"),
@@ -312,7 +318,7 @@ def test_labels_match_whatever_their_case_and_text_without_letters_is_not_linked
 
 
 def test_stop_words_are_not_linked():
-    from spacy_sapbert.linker import has_content
+    from spacy_sapbert.candidates import has_content
 
     assert not any(has_content(t) for t in ("a", "The", "of these", "\u200b", " ", "..."))
     assert all(has_content(t) for t in ("NO", "IF", "Ca", "the weather", "metformin"))
@@ -351,7 +357,7 @@ def test_nlp_evaluate_reports_link_scores(tiny_model, tiny_index_dir):
     from spacy.training import Example
 
     nlp = ruler_nlp(DEMO_PATTERNS)
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0})
     predicted = nlp(TEXT)
     reference = nlp.make_doc(TEXT)
     reference.ents = [Span(reference, e.start, e.end, label=e.label_, kb_id=e.kb_id_ if i else "D999999")
@@ -366,7 +372,7 @@ def test_two_processes_give_the_links_and_tuples_of_one(tiny_model, tiny_index_d
 
     nlp = ruler_nlp(DEMO_PATTERNS)
     nlp.add_pipe("abbreviation_detector", config={"make_serializable": True})  # spans cannot cross processes
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0})
     texts = [TEXT, "Acute renal failure (ARF) was seen after cisplatin.", TEXT.lower()] * 2
     one = [[(e.text, e._.cui, e._.kb_ents) for e in doc.ents] for doc in nlp.pipe(texts)]
     two = [[(e.text, e._.cui, e._.kb_ents) for e in doc.ents] for doc in nlp.pipe(texts, n_process=2)]
@@ -378,7 +384,7 @@ def test_candidates_go_straight_to_an_attribute_another_linker_registered(tiny_m
 
     Span.set_extension("their_kb_ents", default=[], force=True)  # as scispaCy's EntityLinker does
     nlp = ruler_nlp(DEMO_PATTERNS)
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir),
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
                                            "threshold": 0.0, "candidates_attr": "their_kb_ents"})
     assert all(e._.their_kb_ents for e in nlp(TEXT).ents)
 
@@ -395,7 +401,7 @@ import spacy, scispacy.abbreviation
 nlp = spacy.blank("en")
 nlp.add_pipe("entity_ruler").add_patterns([{{"label": "Disease", "pattern": "tumour"}}])
 nlp.add_pipe("abbreviation_detector")
-nlp.add_pipe("sapbert_linker", config={{"model": {str(tiny_model)!r}, "index": {str(tiny_index_dir)!r}}})
+nlp.add_pipe("sapbert_linker", config={{"encoder": {{"model": {str(tiny_model)!r}}}, "index": {{"index": {str(tiny_index_dir)!r}}}}})
 with warnings.catch_warnings(record=True) as seen:  # spaCy shows W036 "once", past -W error
     assert nlp("A tumour grew.").ents[0]._.kb_ents
 assert not seen, [str(w.message) for w in seen]
@@ -419,7 +425,7 @@ def test_tie_order_takes_faiss_pads_without_overflow():
 def test_filter_for_definitions_as_scispacy(tiny_model, tiny_index_dir):
     nlp = ruler_nlp(DEMO_PATTERNS)
     linker = nlp.add_pipe("sapbert_linker", config={
-        "model": str(tiny_model), "index": str(tiny_index_dir), "threshold": 0.0, "k": 5,
+        "encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0, "k": 5,
         "filter_for_definitions": True, "no_definition_threshold": 0.999})
     linker.initialize()
     entities = linker.kb.cui_to_entity
@@ -437,7 +443,7 @@ def test_links_a_span_group(tiny_model, tiny_index_dir):
     from spacy.tokens import Span
 
     nlp = spacy.blank("en")
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir),
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
                                            "threshold": 0.0, "spans_key": "medspacy"})
     doc = nlp.make_doc("lactic acidosis after metformin")
     doc.spans["medspacy"] = [Span(doc, 0, 2, "Disease"), Span(doc, 1, 2, "Disease"), Span(doc, 3, 4, "Chemical")]
@@ -446,3 +452,59 @@ def test_links_a_span_group(tiny_model, tiny_index_dir):
     assert [s.text for s in group] == ["lactic acidosis", "acidosis", "metformin"]
     assert group[0]._.cui == "D000140" and group[0].kb_id_ == "D000140" and group[2]._.cui == "D008687"
     assert all(s._.kb_ents for s in group) and doc.ents == ()
+
+
+@pytest.mark.parametrize("sparse_weight", [0.0, 0.3])
+def test_the_harness_and_the_pipe_link_alike(tiny_model, tiny_kb, tiny_index_dir, sparse_weight):
+    """`evaluate --system model` ranks through the pipe's own CandidateGenerator: on a sample of
+    NCBI dev mention texts (a built-in sample without ../shared), the harness's ranking is the
+    pipe's kb_ents, dense and hybrid alike."""
+    from spacy.tokens import Span
+
+    from conftest import SHARED_DATA
+    from training import datasets as ds
+    from training.evaluate import make_system
+
+    texts = ["type 2 diabetes", "Lactic acidosis", "renal failure", "tumours", "NO", "cisplatin toxicity"]
+    if (SHARED_DATA / "ncbi-disease").exists():
+        mentions = ds.load_pubtator_split("ncbi-disease", "dev", SHARED_DATA).mentions
+        texts = sorted({m.text for m in mentions})[:300]
+    k = 5
+    system = make_system("model", tiny_kb, model=str(tiny_model), precision="int8", sparse_weight=sparse_weight)
+    ranked = system.rank(texts, k=k)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={
+        "encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "label_types": {},
+        "threshold": 0.0, "k": k, "max_entities_per_mention": k, "sparse_weight": sparse_weight})
+    docs = []
+    for text in texts:
+        doc = nlp.make_doc(text)
+        doc.ents = [Span(doc, 0, len(doc), "Disease")]
+        docs.append(doc)
+    piped = [[cui for cui, _ in doc.ents[0]._.kb_ents] for doc in nlp.pipe(docs)]
+    assert piped == ranked
+
+
+def test_a_config_written_before_the_sub_configs_still_loads(tiny_model, tiny_index_dir, tmp_path):
+    """Flat encoder keys and a string index (configs and saved pipelines from before the
+    registered sub-configs): one deprecation warning, the same links, and a saved pipeline of
+    that config loads again."""
+    flat = {"model": str(tiny_model), "index": str(tiny_index_dir), "precision": "fp32", "encoder_batch_size": 8}
+    new = {"encoder": {"model": str(tiny_model), "precision": "fp32", "batch_size": 8},
+           "index": {"index": str(tiny_index_dir)}}
+    links, pipelines = [], []
+    for config in (flat, new):
+        nlp = ruler_nlp(DEMO_PATTERNS)
+        pipelines.append(nlp)
+        if config is flat:
+            with pytest.warns(FutureWarning, match="flat encoder and index keys"):
+                linker = nlp.add_pipe("sapbert_linker", config={**config, "threshold": 0.0})
+            assert linker.encoder_loader.batch_size == 8 and linker.index_loader.index == str(tiny_index_dir)
+        else:
+            nlp.add_pipe("sapbert_linker", config={**config, "threshold": 0.0})
+        links.append([(e.text, e._.kb_ents) for e in nlp(TEXT).ents])
+    assert links[0] == links[1]
+    pipelines[0].to_disk(tmp_path / "saved")  # its config.cfg keeps the flat keys
+    with pytest.warns(FutureWarning):
+        loaded = spacy.load(tmp_path / "saved")
+    assert [(e.text, e._.kb_ents) for e in loaded(TEXT).ents] == links[0]

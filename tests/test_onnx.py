@@ -109,7 +109,8 @@ def test_saved_int8_pipeline_loads_as_int8(onnx_dirs, tiny_model, tiny_index_dir
     import spacy
 
     nlp = spacy.blank("en")
-    nlp.add_pipe("sapbert_linker", config={"model": str(tiny_model), "index": str(tiny_index_dir), "precision": "int8"})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model), "precision": "int8"},
+                                           "index": {"index": str(tiny_index_dir)}})
     nlp.initialize()
     nlp.to_disk(tmp_path / "pipeline")
     saved = tmp_path / "pipeline" / "sapbert_linker"
@@ -154,8 +155,8 @@ def test_links_are_the_same_whatever_the_batching(onnx_dirs, tiny_index_dir):
 
     def links(encoder_batch_size, batch_size, order):
         nlp = ruler_nlp(patterns)
-        nlp.add_pipe("sapbert_linker", config={"model": str(onnx_dirs["int8"]), "index": str(tiny_index_dir),
-                                               "encoder_batch_size": encoder_batch_size, "cache_size": 0,
+        nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(onnx_dirs["int8"]), "batch_size": encoder_batch_size},
+                                               "index": {"index": str(tiny_index_dir)}, "cache_size": 0,
                                                "label_types": {}, "threshold": 0.0})
         docs = list(nlp.pipe([texts[i] for i in order], batch_size=batch_size))
         return {texts[i]: [(e.text, e._.kb_ents[0][0], e._.kb_ents[0][1]) for e in doc.ents] for i, doc in zip(order, docs)}

@@ -5,7 +5,8 @@ import logging
 import pytest
 from typer.testing import CliRunner
 
-from spacy_sapbert.kb import Concept, KnowledgeBase, read_jsonl, write_jsonl
+from spacy_sapbert.kb import Concept, KnowledgeBase
+from spacy_sapbert.kb_formats import read_jsonl, write_jsonl
 from training.datasets import Mention
 from training.ontology import absorb_mesh_twins, load_source, merge_ontologies, read_mesh_mappings, reference_key
 from training.pairs import PairFormatError, PairStats, app, mention_pairs, read_pairs, synonym_pairs, write_pairs

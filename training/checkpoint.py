@@ -13,19 +13,19 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from spacy_sapbert.cache import damaged_record, file_records
 from spacy_sapbert.encoding import POOLING_FILE
+from spacy_sapbert.kb import PathLike
 
 from .config import TrainConfig, TrainingConfigError
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "state.pt"
 METRICS_FILE = "metrics.jsonl"

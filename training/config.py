@@ -7,15 +7,15 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence
 
 from confection import Config
 
 from spacy_sapbert.encoding import POOLINGS
+from spacy_sapbert.kb import PathLike
 
 from .objective import ObjectiveConfig
 
-PathLike = Union[str, Path]
 AMP_MODES = ("auto", "bf16", "fp16", "none")
 SCHEDULES = ("constant", "linear")
 

@@ -4,13 +4,14 @@ import csv
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
-from spacy_sapbert.kb import Concept, KnowledgeBase, normalise_id
+from spacy_sapbert.kb import Concept, KnowledgeBase, PathLike
+from spacy_sapbert.kb_formats import normalise_id
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
+T = TypeVar("T")
 # The corpora, laid out as ../shared/data beside the checkout.
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 UNLINKABLE = "-1"
@@ -71,6 +72,21 @@ def _lines(path: PathLike) -> Iterator[Tuple[int, str]]:
     with path.open(encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, start=1):
             yield line_no, line.rstrip("\r\n")
+
+
+def _tab_rows(path: PathLike, expected: str, accept: Callable[[int, List[str]], T]) -> List[T]:
+    """`accept(line number, columns)` of every non-blank tab-separated line; a line it cannot
+    take (it raises IndexError or ValueError) stops the read with one sentence naming the file
+    and line."""
+    rows = []
+    for line_no, line in _lines(path):
+        if line.strip():
+            try:
+                rows.append(accept(line_no, line.split("\t")))
+            except (IndexError, ValueError):
+                raise CorpusFormatError(
+                    f"{path}:{line_no}: expected '{expected}', but found {line[:80]!r}; fix that line.") from None
+    return rows
 
 
 def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None, keep_unlinkable: bool = False) -> Corpus:
@@ -149,17 +165,12 @@ def _mention_columns(
 
 def read_cadec_pairs(path: PathLike) -> List[Mention]:
     """Read a CADEC `train.txt`/`test.txt`: `SNOMED-CT-id<TAB>mention` per line."""
-    mentions = []
-    for line_no, line in _lines(path):
-        if not line.strip():
-            continue
-        cols = line.split("\t")
+    def mention(line_no: int, cols: List[str]) -> Mention:
         if len(cols) != 2 or not cols[0].strip() or not cols[1].strip():
-            raise CorpusFormatError(
-                f"{path}:{line_no}: expected 'concept-id<TAB>mention', but found {line[:80]!r}; fix that line."
-            )
-        mentions.append(Mention(f"{Path(path).stem}:{line_no}", 0, len(cols[1]), cols[1], "ADR", [cols[0].strip()]))
-    return mentions
+            raise ValueError
+        return Mention(f"{Path(path).stem}:{line_no}", 0, len(cols[1]), cols[1], "ADR", [cols[0].strip()])
+
+    return _tab_rows(path, "concept-id<TAB>mention", mention)
 
 
 def read_cadec_concepts(path: PathLike) -> KnowledgeBase:
@@ -195,18 +206,7 @@ def read_mayosrs(path: PathLike) -> List[RelatednessPair]:
 
 def read_umnsrs(path: PathLike) -> List[RelatednessPair]:
     """Read UMNSRS: `term1<TAB>term2<TAB>score` per line."""
-    pairs = []
-    for line_no, line in _lines(path):
-        if not line.strip():
-            continue
-        cols = line.split("\t")
-        try:
-            pairs.append(RelatednessPair(cols[0], cols[1], float(cols[2])))
-        except (IndexError, ValueError):
-            raise CorpusFormatError(
-                f"{path}:{line_no}: expected 'term1<TAB>term2<TAB>score', but found {line[:80]!r}; fix that line."
-            ) from None
-    return pairs
+    return _tab_rows(path, "term1<TAB>term2<TAB>score", lambda _, cols: RelatednessPair(cols[0], cols[1], float(cols[2])))
 
 
 # Where each dataset lives under --data-dir (the layout of ../shared/data).

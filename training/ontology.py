@@ -13,13 +13,13 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Sequence, Set, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Sequence, Set, Tuple
 
-from spacy_sapbert.kb import Concept, KnowledgeBase, read_jsonl, read_mesh, read_obo_json, read_umls
+from spacy_sapbert.kb import Concept, KnowledgeBase, PathLike
+from spacy_sapbert.kb_formats import read_jsonl, read_mesh, read_obo_json, read_umls
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 
 OPEN_SOURCES = ("mesh", "mesh-supplementary", "mondo", "doid", "hp", "chebi")
 OBO_SOURCES = ("mondo", "doid", "hp", "chebi")

@@ -18,19 +18,19 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, List, NoReturn, Optional, Sequence, Set, Tuple, Union
+from typing import Iterable, List, NoReturn, Optional, Sequence, Set, Tuple
 
 import typer
 from wasabi import msg
 
-from spacy_sapbert.kb import Concept, KnowledgeBase, read_jsonl, write_jsonl
+from spacy_sapbert.kb import Concept, KnowledgeBase, PathLike
+from spacy_sapbert.kb_formats import read_jsonl, write_jsonl
 
 from .datasets import Mention
 from .ontology import OPEN_SOURCES, absorb_mesh_twins, load_source, merge_ontologies, read_mesh_mappings
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 Pair = Tuple[str, str, str]
 SEPARATOR = "||"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from spacy_sapbert.kb import Concept, KnowledgeBase, name_key
-from spacy_sapbert.linker import expand_abbreviations
+from spacy_sapbert.abbreviations import expand_abbreviations
 
 from .datasets import Document, Mention
 

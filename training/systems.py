@@ -99,7 +99,8 @@ class EmbeddingCache:
 
 class EncoderSystem(LinkingSystem):
     """Any Hugging Face encoder: names embedded exactly (fp32), mentions at `precision` (fp32,
-    or int8 through ONNX Runtime, as the pipe links by default), FAISS search of `index_type`.
+    or int8 through ONNX Runtime, as the pipe links by default), FAISS search of `index_type`,
+    candidates from the pipe's own `CandidateGenerator`, so a figure here is the pipe's.
 
     sparse_weight: BioSyn's hybrid score, cosine + sparse_weight × char 3-gram tf-idf cosine,
     of each mention's best dense rows, as the pipe scores them (sparse.HybridRescorer); None takes
@@ -111,9 +112,10 @@ class EncoderSystem(LinkingSystem):
                  device: str = "cpu", precision: str = "fp32", index_type: str = "flat",
                  sparse_weight: Optional[float] = None):
         from spacy_sapbert.assets import resolve_model
+        from spacy_sapbert.candidates import CandidateGenerator, CandidateSettings
         from spacy_sapbert.encoding import recorded_sparse_weight
+        from spacy_sapbert.index import ConceptIndex
         from spacy_sapbert.resources import exact_encoder, load_encoder
-        from spacy_sapbert.index import ConceptIndex, make_faiss_index
 
         # Names are embedded by the exact model of the vector space (a student's
         # teacher); mentions by the model itself, at `precision`.
@@ -122,29 +124,22 @@ class EncoderSystem(LinkingSystem):
         self.encoder = exact_encoder(self.query_encoder)
         self.cache = EmbeddingCache(self.encoder)
         start = time.perf_counter()
-        names, cuis = kb.name_rows()
-        position = {cui: i for i, cui in enumerate(kb.cui_to_entity)}
-        rows = np.array([position[c] for c in cuis], dtype=np.int32)
-        index = make_faiss_index(self.cache.encode(names), index_type)
-        self.index = ConceptIndex(kb, index, rows, {"model_fingerprint": self.encoder.fingerprint})
+        names, _ = kb.name_rows()
+        index = ConceptIndex.from_vectors(kb, self.cache.encode(names), self.encoder.fingerprint, index_type)
         self.sparse_weight = recorded_sparse_weight(model_path) if sparse_weight is None else sparse_weight
-        self.hybrid = None
+        hybrid = None
         if self.sparse_weight:
             from spacy_sapbert.sparse import HybridRescorer
 
-            self.hybrid = HybridRescorer(names, self.sparse_weight)
+            hybrid = HybridRescorer(names, self.sparse_weight)
+        # Every concept it retrieves, none left out by a threshold: the harness scores ranks.
+        settings = CandidateSettings(threshold=0.0, cache_size=0, sparse_weight=self.sparse_weight)
+        self.generator = CandidateGenerator(self.query_encoder, index, settings, hybrid)
         self.build_seconds = time.perf_counter() - start
 
     def rank(self, texts, k=10):
-        from spacy_sapbert.sparse import HYBRID_ROWS
-
-        texts = list(texts)
-        vectors = self.query_encoder.encode(texts)
-        if self.hybrid is None:
-            found = self.index.search(vectors, k=k)
-        else:
-            found = self.index.search(vectors, k=k, rescore=self.hybrid.for_texts(texts), min_rows=HYBRID_ROWS)
-        return [[c for c, _ in row] for row in found]
+        self.generator.settings.k = self.generator.settings.max_entities_per_mention = k
+        return [[c for c, _ in row] for row in self.generator.generate([(text, ()) for text in texts])]
 
     def similarity(self, first: Sequence[str], second: Sequence[str]) -> np.ndarray:
         """Cosine similarity of each pair of texts, compared as the linker compares a mention with
@@ -192,7 +187,7 @@ class ScispacyLinker(LinkingSystem):
         from scispacy import candidate_generation as cg
         from scispacy.linking_utils import KnowledgeBase as ScispacyKB
 
-        from spacy_sapbert.kb import write_jsonl
+        from spacy_sapbert.kb_formats import write_jsonl
 
         self.k_candidates = k_candidates
         folder = Path(folder or cache_dir() / "scispacy" / _kb_digest(kb))

@@ -1,0 +1,199 @@
+"""Candidate generation without spaCy: mention texts (with the concept types each may take) in,
+ranked concepts out. The `sapbert_linker` pipe, the harness's model system and the dev figures
+all link through one `CandidateGenerator`, so the figures are the pipe's.
+
+A mention is linked in this order: no content (no letter or digit, or only stop words) gives
+nothing; a mention seen before comes from the cache; with `exact_match`, a mention equal to a
+name gets that name's concepts; the rest are encoded together and searched, dense or hybrid.
+"""
+import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from spacy.lang.en.stop_words import STOP_WORDS
+
+from .kb import name_key
+
+Candidates = List[Tuple[str, float]]
+# A mention to link: its text, and the type prefixes its concepts must have (() for any).
+Mention = Tuple[str, Tuple[str, ...]]
+
+
+@dataclass
+class CandidateSettings:
+    """How candidates are found and kept (the linking knobs of the pipe's config).
+
+    k: concepts retrieved per mention.
+    threshold: a mention whose best score is below this gets no concept (NIL). 0.7, scispaCy's
+        default, was near the best end-to-end link F1 on BC5CDR dev (README).
+    max_entities_per_mention: concepts kept per mention (at most k).
+    filter_for_definitions, no_definition_threshold: scispaCy's: keep only concepts with a
+        definition, unless they score at least no_definition_threshold. Off by default here,
+        unlike scispaCy, because the open ontologies bundled carry no definitions.
+    exact_match: a mention that equals a name of the index (ignoring case and spacing) gets
+        that name's concepts with score 1.0 and is not encoded.
+    cache_size: mentions whose candidates are remembered (least recently used go first); 0: off.
+    sparse_weight: BioSyn's hybrid score: a concept scores (cosine + w × the char 3-gram tf-idf
+        cosine of mention and name) / (1 + w) over the dense search's best names. None takes the
+        w the model was trained with (its sapbert_sparse.json), else 0; 0 is dense only.
+    """
+
+    k: int = 10
+    threshold: float = 0.7
+    max_entities_per_mention: int = 5
+    filter_for_definitions: bool = False
+    no_definition_threshold: float = 0.95
+    exact_match: bool = False
+    cache_size: int = 10000
+    sparse_weight: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+def check_settings(settings) -> None:
+    """One sentence naming the key for a value of the wrong kind or out of range, in any of the
+    settings dataclasses (the pipe's as well)."""
+    for field in dataclasses.fields(settings):
+        value, default = getattr(settings, field.name), field.default
+        kind = type(default) if default is not None else None
+        if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                     or (kind is int and not isinstance(value, int))):
+            raise ValueError(f"{field.name} ({value!r}) must be a number; set it in the sapbert_linker config.")
+        if kind is bool and not isinstance(value, bool):
+            raise ValueError(f"{field.name} ({value!r}) must be true or false; set it in the sapbert_linker config.")
+    for key in ("threshold", "no_definition_threshold"):
+        value = getattr(settings, key, 0.0)
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{key} ({value}) must lie in [0, 1] (0 keeps every concept); set it in the "
+                             "sapbert_linker config.")
+    for key, least in (("k", 1), ("max_entities_per_mention", 1), ("cache_size", 0), ("batch_size", 1)):
+        value = getattr(settings, key, least)
+        if value < least:
+            raise ValueError(f"{key} ({value}) must be at least {least}; set it in the sapbert_linker config.")
+    if getattr(settings, "max_entities_per_mention", 0) > getattr(settings, "k", 1 << 30):
+        raise ValueError(f"max_entities_per_mention ({settings.max_entities_per_mention}) cannot exceed k "
+                         f"({settings.k}), the concepts retrieved per mention; raise k or lower it in the "
+                         "sapbert_linker config.")
+
+
+def has_content(text: str) -> bool:
+    """Whether a mention can name a concept: it has a letter or digit (not only spaces,
+    punctuation or control characters) and a word that is not a stop word as written ("a", "the",
+    "The", "of these"; "NO" and "IF", nitric oxide and intrinsic factor, are kept)."""
+    if not any(ch.isalnum() for ch in text):
+        return False
+    return not all(w in STOP_WORDS or (len(w) > 2 and w.istitle() and w.lower() in STOP_WORDS) for w in text.split())
+
+
+class CandidateGenerator:
+    """Ranked concepts for mentions, from an encoder and a concept index.
+
+    encoder: embeds mentions (any `encoding.Encoder`); the index answers to its fingerprint.
+    index: an `index.ConceptIndex`; hybrid: a `sparse.HybridRescorer` over its names, or None.
+    settings: a `CandidateSettings` (the pipe shares its own, so changing a knob takes effect).
+    """
+
+    def __init__(self, encoder, index, settings: Optional[CandidateSettings] = None, hybrid=None):
+        self.encoder = encoder
+        self.index = index
+        self.settings = settings or CandidateSettings()
+        self.hybrid = hybrid
+        self._cache: "OrderedDict[Mention, Candidates]" = OrderedDict()
+        self._names: Optional[Dict[str, List[str]]] = None  # name_key(name) → concept ids
+
+    @classmethod
+    def load(cls, encoder_loader, index_loader, settings: CandidateSettings, graph_over=None) -> "CandidateGenerator":
+        """Load the encoder and index the loaders name (`loaders`), and the hybrid score's
+        state when its weight is not 0."""
+        from .cache import cache_dir
+        from .encoding import recorded_sparse_weight
+
+        encoder = encoder_loader.load()
+        index = index_loader.load(encoder, graph_over=graph_over)
+        weight = settings.sparse_weight
+        if weight is None:
+            weight = recorded_sparse_weight(getattr(encoder, "path", encoder_loader.model_path()))
+        hybrid = None
+        if weight:
+            from .sparse import HybridRescorer
+
+            hybrid = HybridRescorer.for_index(index, weight, cache=cache_dir())
+        return cls(encoder, index, settings, hybrid)
+
+    def generate(self, mentions: Sequence[Mention]) -> List[Candidates]:
+        """For each mention, its candidates [(concept_id, score), …], best first: those scoring
+        at least the threshold (see CandidateSettings), at most max_entities_per_mention."""
+        found = self._found(sorted(set(mentions)))
+        return [self.select(found[mention]) for mention in mentions]
+
+    def select(self, candidates: Candidates) -> Candidates:
+        """The candidates a mention keeps of its k best (threshold, definitions, count)."""
+        settings = self.settings
+        kept = [(c, s) for c, s in candidates if s >= settings.threshold]
+        if settings.filter_for_definitions:
+            entities = self.index.kb.cui_to_entity
+            kept = [(c, s) for c, s in kept if entities[c].definition or s >= settings.no_definition_threshold]
+        return kept[: settings.max_entities_per_mention]
+
+    def _found(self, distinct: List[Mention]) -> Dict[Mention, Candidates]:
+        """The k best concepts of each distinct mention, through the content rule, the cache,
+        exact names and the search."""
+        found: Dict[Mention, Candidates] = {}
+        for mention in distinct:
+            if not has_content(mention[0]):
+                found[mention] = []
+            elif mention in self._cache:
+                self._cache.move_to_end(mention)
+                found[mention] = self._cache[mention]
+            elif self.settings.exact_match:
+                exact = self._exact(*mention)
+                if exact:
+                    found[mention] = exact
+        missing = [mention for mention in distinct if mention not in found]
+        if missing:
+            searched = self._search(missing)
+            found.update(searched)
+            self._remember(searched)
+        return found
+
+    def _search(self, mentions: List[Mention]) -> Dict[Mention, Candidates]:
+        """Encode the mentions' distinct texts once, then search each group of type prefixes."""
+        texts = sorted({text for text, _ in mentions})
+        vectors = self.encoder.encode(texts)
+        row_of = {text: i for i, text in enumerate(texts)}
+        by_types: Dict[Tuple[str, ...], List[str]] = {}
+        for text, types in mentions:
+            by_types.setdefault(types, []).append(text)
+        found: Dict[Mention, Candidates] = {}
+        for types, group in by_types.items():
+            query = vectors[[row_of[t] for t in group]]
+            if self.hybrid is None:
+                results = self.index.search(query, k=self.settings.k, type_prefixes=types or None)
+            else:
+                from .sparse import HYBRID_ROWS
+
+                results = self.index.search(query, k=self.settings.k, type_prefixes=types or None,
+                                            rescore=self.hybrid.for_texts(group), min_rows=HYBRID_ROWS)
+            found.update(((text, types), candidates) for text, candidates in zip(group, results))
+        return found
+
+    def _exact(self, text: str, types: Tuple[str, ...]) -> Candidates:
+        """The concepts (of `types`) that have `text` as a name, each with score 1.0."""
+        if self._names is None:
+            self._names = self.index.kb.name_lookup()
+        entities = self.index.kb.cui_to_entity
+        ids = [c for c in self._names.get(name_key(text), []) if not types or entities[c].has_type(types)]
+        return [(c, 1.0) for c in ids[: self.settings.k]]
+
+    def _remember(self, new: Dict[Mention, Candidates]) -> None:
+        if not self.settings.cache_size:
+            return
+        self._cache.update(new)
+        while len(self._cache) > self.settings.cache_size:
+            self._cache.popitem(last=False)
+
+    def clear_cache(self) -> None:
+        """Forget remembered candidates (after a knob that changes them, such as k)."""
+        self._cache.clear()
