@@ -93,9 +93,14 @@ class CandidateGenerator:
     encoder: embeds mentions (any `encoding.Encoder`); the index answers to its fingerprint.
     index: an `index.ConceptIndex`; hybrid: a `sparse.HybridRescorer` over its names, or None.
     settings: a `CandidateSettings` (the pipe shares its own, so changing a knob takes effect).
+    content_rule: mentions without content get nothing (has_content); the harness turns it off,
+        because its protocol lower-cases mentions ("WAS", Wiskott-Aldrich syndrome, would read
+        as the stop word "was") and scores every mention.
     """
 
-    def __init__(self, encoder, index, settings: Optional[CandidateSettings] = None, hybrid=None):
+    def __init__(self, encoder, index, settings: Optional[CandidateSettings] = None, hybrid=None,
+                 content_rule: bool = True):
+        self.content_rule = content_rule
         self.encoder = encoder
         self.index = index
         self.settings = settings or CandidateSettings()
@@ -142,7 +147,7 @@ class CandidateGenerator:
         exact names and the search."""
         found: Dict[Mention, Candidates] = {}
         for mention in distinct:
-            if not has_content(mention[0]):
+            if self.content_rule and not has_content(mention[0]):
                 found[mention] = []
             elif mention in self._cache:
                 self._cache.move_to_end(mention)

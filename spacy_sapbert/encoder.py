@@ -11,7 +11,9 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from .encoding import POOLING_FILE, POOLINGS, TEACHER_FILE, EncoderError, detect_pooling, length_sorted_batches
+from .encoding import (
+    MAX_LENGTH, POOLING_FILE, POOLINGS, TEACHER_FILE, EncoderError, detect_pooling, length_sorted_batches,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +121,7 @@ class TorchEncoder:
         self,
         model: Union[str, Path],
         pooling: str = "auto",
-        max_length: int = 25,
+        max_length: int = MAX_LENGTH,
         device: str = "cpu",
         batch_size: int = 256,
     ):

@@ -19,6 +19,9 @@ PROGRESS_MIN_TEXTS = 5000
 
 PRECISIONS = ("fp32", "int8")
 
+# Tokens per mention or name (SapBERT's 25): biomedical names are short.
+MAX_LENGTH = 25
+
 # Written beside a student (a query encoder trained against a model's frozen keys, a distilled
 # student): the teacher whose vector space it embeds into.
 TEACHER_FILE = "sapbert_teacher.json"

@@ -19,7 +19,7 @@ from typing import Optional
 from spacy.util import registry
 
 from .assets import DEFAULT
-from .encoding import POOLINGS, PRECISIONS
+from .encoding import MAX_LENGTH, POOLINGS, PRECISIONS
 
 for _name in ("encoders", "indexes"):
     if not hasattr(registry, _name):
@@ -45,7 +45,7 @@ class EncoderLoader:
     model: str = DEFAULT
     precision: str = "int8"
     pooling: str = "auto"
-    max_length: int = 25
+    max_length: int = MAX_LENGTH
     device: str = "cpu"
     threads: int = 0
     batch_size: int = 32
@@ -96,7 +96,7 @@ class IndexLoader:
 
 
 @registry.encoders("spacy-sapbert.Encoder.v1")
-def encoder_v1(model: str = DEFAULT, precision: str = "int8", pooling: str = "auto", max_length: int = 25,
+def encoder_v1(model: str = DEFAULT, precision: str = "int8", pooling: str = "auto", max_length: int = MAX_LENGTH,
                device: str = "cpu", threads: int = 0, batch_size: int = 32) -> EncoderLoader:
     """The encoder sub-config of `sapbert_linker` (EncoderLoader)."""
     return EncoderLoader(model, precision, pooling, max_length, device, threads, batch_size)

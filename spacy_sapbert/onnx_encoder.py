@@ -25,7 +25,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from .cache import cache_dir, cached_build
 from .cache import damaged_record, file_records, file_sha256
-from .encoding import PRECISIONS, PROGRESS_MIN_TEXTS, SPARSE_FILE, EncoderError
+from .encoding import MAX_LENGTH, PRECISIONS, PROGRESS_MIN_TEXTS, SPARSE_FILE, EncoderError
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def export_onnx(
     model: Union[str, Path],
     output: Union[str, Path],
     pooling: str = "auto",
-    max_length: int = 25,
+    max_length: int = MAX_LENGTH,
     precision: str = "int8",
 ) -> Path:
     """Export a Hugging Face encoder directory to ONNX (int8 or fp32) in `output`; return it.
@@ -375,7 +375,7 @@ def _directory_digest(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def exported_model(model: Union[str, Path], precision: str, pooling: str = "auto", max_length: int = 25) -> Path:
+def exported_model(model: Union[str, Path], precision: str, pooling: str = "auto", max_length: int = MAX_LENGTH) -> Path:
     """An ONNX export of `model` at `precision`: `model` itself when it is one, else a cached
     export, made on first use (a few seconds for MiniLM)."""
     local = Path(model).expanduser()

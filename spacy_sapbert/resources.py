@@ -12,7 +12,7 @@ from .assets import (
     BUNDLED_INDEX, DEFAULT, DEFAULT_EXACT, DEFAULT_INDEX_TYPE, bundled_index_meta, default_kb, resolve_model,
 )
 from .cache import cache_dir, cached_build
-from .encoding import PRECISIONS, EncoderError
+from .encoding import MAX_LENGTH, PRECISIONS, EncoderError
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ def load_encoder(
     model: Union[str, Path],
     precision: str = "fp32",
     pooling: str = "auto",
-    max_length: int = 25,
+    max_length: int = MAX_LENGTH,
     device: str = "cpu",
     batch_size: int = 256,
     threads: int = 0,

@@ -37,6 +37,15 @@ def flat_index(tiny_kb, tiny_encoder):
     return ConceptIndex.build(tiny_kb, tiny_encoder)
 
 
+@pytest.fixture(scope="module")
+def large_exact(large_kb, tiny_model):
+    """The exact index of large_kb, encoded once (batches of 256: at the tiny_encoder's 4 each
+    build of its 6,000 names took half a minute); other types are converted from it."""
+    from spacy_sapbert.encoder import TorchEncoder
+
+    return ConceptIndex.build(large_kb, TorchEncoder(tiny_model, batch_size=256))
+
+
 @pytest.mark.parametrize("k", [1, 3, 10, 50])
 def test_flat_search_equals_brute_force(flat_index, tiny_encoder, k):
     vectors = tiny_encoder.encode(QUERIES)
@@ -73,9 +82,9 @@ def large_kb(tiny_encoder):
 # IVF-PQ keeps 8 bytes of a 32-d vector here, among near-duplicate made-up names; chance
 # recall is 0.003. Its recall on real 384-d MeSH vectors is measured in benchmarks/.
 @pytest.mark.parametrize("index_type,min_recall", [("sq8", 0.9), ("hnsw", 0.9), ("ivfpq", 0.4)])
-def test_compressed_indexes_recall_against_exact(large_kb, tiny_encoder, index_type, min_recall):
-    exact = ConceptIndex.build(large_kb, tiny_encoder)
-    approx = ConceptIndex.build(large_kb, tiny_encoder, index_type=index_type)
+def test_compressed_indexes_recall_against_exact(large_kb, large_exact, tiny_encoder, index_type, min_recall):
+    exact = large_exact
+    approx = large_exact.converted(index_type)
     queries = tiny_encoder.encode([f"{c.canonical_name} x" for c in list(large_kb)[:100]])
     truth = [{c for c, _ in row} for row in exact.search(queries, k=10)]
     found = [{c for c, _ in row} for row in approx.search(queries, k=10)]
@@ -138,8 +147,8 @@ def test_meta_records_what_built_it(flat_index, tiny_encoder):
     assert (meta["n_concepts"], meta["n_names"]) == (10, len(flat_index))
 
 
-def test_converted_index_keeps_names_and_recall(large_kb, tiny_encoder, tmp_path):
-    exact = ConceptIndex.build(large_kb, tiny_encoder)
+def test_converted_index_keeps_names_and_recall(large_kb, large_exact, tiny_encoder, tmp_path):
+    exact = large_exact
     compact = exact.converted("hnsw-sq8")
     assert (len(compact), compact.meta["index_type"]) == (len(exact), "hnsw-sq8")
     queries = tiny_encoder.encode([f"{c.canonical_name} x" for c in list(large_kb)[:100]])
@@ -153,20 +162,20 @@ def test_converted_index_keeps_names_and_recall(large_kb, tiny_encoder, tmp_path
 
 
 @pytest.mark.parametrize("index_type", ["flat", "hnsw-sq8"])
-def test_memory_mapped_index_searches_the_same(large_kb, tiny_encoder, tmp_path, index_type):
-    built = ConceptIndex.build(large_kb, tiny_encoder, index_type=index_type)
+def test_memory_mapped_index_searches_the_same(large_kb, large_exact, tiny_encoder, tmp_path, index_type):
+    built = large_exact.converted(index_type) if index_type != "flat" else large_exact
     saved = built.save(tmp_path / index_type)
     queries = tiny_encoder.encode([c.canonical_name for c in list(large_kb)[:20]])
     mapped = ConceptIndex.load(saved, encoder=tiny_encoder, mmap=True)
     assert mapped.search(queries, k=5) == ConceptIndex.load(saved).search(queries, k=5)
 
 
-def test_projected_compact_index_unpacks_to_a_graph_over_its_own_codes(large_kb, tiny_encoder, tmp_path):
+def test_projected_compact_index_unpacks_to_a_graph_over_its_own_codes(large_kb, large_exact, tiny_encoder, tmp_path):
     """A bundled index ships flat 6-bit codes of projected vectors and a gzipped KB; on first use
     it gets its HNSW graph over exactly those codes, searching as the flat codes do."""
     import faiss
 
-    exact = ConceptIndex.build(large_kb, tiny_encoder)
+    exact = large_exact
     compact = exact.converted("sq6", dim=16)
     assert (compact.meta["projected_dim"], compact.index.d) == (16, 32)  # queries stay 32-d
     saved = compact.save(tmp_path / "bundle", compress_kb=True)

@@ -24,6 +24,9 @@ def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, 
     spacy_project("run", "ontology", ".", *overrides, cwd=project)
     spacy_project("run", "pairs", ".", *overrides, cwd=project)
     spacy_project("run", "pretrain", ".", "--vars.max_steps=2", *overrides, cwd=project)
-    model = project / "runs" / "pretrain" / "model"
-    assert (model / "config.json").exists() and (model / "training.json").exists()
-    assert '"steps": 2' in (model / "training.json").read_text()
+    spacy_project("run", "pretrain-ms2", ".", "--vars.max_steps=2", *overrides, cwd=project)
+    for run in ("pretrain", "pretrain-ms2"):
+        model = project / "runs" / run / "model"
+        assert (model / "config.json").exists() and (model / "training.json").exists()
+        assert '"steps": 2' in (model / "training.json").read_text()
+    assert "multi_similarity_v2" in (project / "runs" / "pretrain-ms2" / "model" / "training.json").read_text()

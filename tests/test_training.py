@@ -419,3 +419,55 @@ def test_resume_refuses_other_settings_and_data_unless_allowed(tiny_model, tiny_
         Trainer(tiny_config(tiny_model, max_steps=3), other, tmp_path).train(resume=True)
     allowed = tiny_config(tiny_model, max_steps=3, batch_size=32, allow_changed_resume=True)
     assert Trainer(allowed, tiny_pairs, tmp_path).train(resume=True).exists()
+
+
+def brute_force_ms_loss_margins(embeddings, triplets, alpha, beta, margins):
+    """The Multi-Similarity loss with per-pair margins: margins(i, j, similarity) → (λp, λn)."""
+    unit = torch.nn.functional.normalize(embeddings, dim=1).double()
+    sim = unit @ unit.T
+    positives = {(a, p) for a, p, _ in triplets}
+    negatives = {(a, q) for a, _, q in triplets}
+    total = 0.0
+    for i in range(len(embeddings)):
+        pos = [math.exp(-alpha * (float(sim[i, j]) - margins(i, j, float(sim[i, j]))[0])) for a, j in positives if a == i]
+        neg = [math.exp(beta * (float(sim[i, j]) - margins(i, j, float(sim[i, j]))[1])) for a, j in negatives if a == i]
+        total += math.log(1 + sum(pos)) / alpha + math.log(1 + sum(neg)) / beta
+    return total / len(embeddings)
+
+
+def test_multi_similarity_v2_splits_the_margins():
+    """v2 (CL+KGE): λp = 1 for positives, λn = 0.5 for negatives; with λp = λn it is v1."""
+    embeddings, labels = random_batch(seed=3)
+    config = ObjectiveConfig(loss="multi_similarity_v2", alpha=2.0, beta=50.0, pos_margin=1.0, neg_margin=0.5)
+    loss, n_triplets = SelfAlignmentObjective(config)(embeddings, labels)
+    triplets = brute_force_triplets(embeddings, labels, 0.2)
+    expected = brute_force_ms_loss_margins(embeddings, triplets, 2.0, 50.0, lambda i, j, s: (1.0, 0.5))
+    assert n_triplets == len(triplets) and float(loss) == pytest.approx(expected, rel=1e-5)
+    same = ObjectiveConfig(loss="multi_similarity_v2", alpha=2.0, beta=50.0, pos_margin=0.5, neg_margin=0.5)
+    v1 = ObjectiveConfig(alpha=2.0, beta=50.0, base=0.5)
+    assert float(SelfAlignmentObjective(same)(embeddings, labels)[0]) == pytest.approx(
+        float(SelfAlignmentObjective(v1)(embeddings, labels)[0]), rel=1e-6)
+
+
+def test_multi_similarity_v3_takes_each_pairs_margins_from_kge(tmp_path):
+    """v3: λp = |S - S_KGE| and λn = 1 - |S - S_KGE|, S_KGE the cosine of the two concepts' KGE
+    vectors (looked up by concept id; a concept without one has S_KGE 0)."""
+    import numpy as np
+
+    embeddings, labels = random_batch(seed=4)
+    concept_ids = [f"C{i}" for i in range(int(labels.max()) + 1)]
+    kge = np.random.default_rng(4).normal(size=(len(concept_ids) - 1, 5)).astype(np.float32)
+    np.savez(tmp_path / "kge.npz", ids=np.array(concept_ids[:-1]), vectors=kge)  # the last has none
+    config = ObjectiveConfig(loss="multi_similarity_v3", alpha=2.0, beta=50.0, kge_vectors=str(tmp_path / "kge.npz"))
+    loss, _ = SelfAlignmentObjective(config, concept_ids)(embeddings, labels)
+    unit = kge / np.linalg.norm(kge, axis=1, keepdims=True)
+    table = np.vstack([unit, np.zeros((1, 5), dtype=np.float32)])
+
+    def margins(i, j, s):
+        gap = abs(s - float(table[labels[i]] @ table[labels[j]]))
+        return gap, 1 - gap
+
+    triplets = brute_force_triplets(embeddings, labels, 0.2)
+    assert float(loss) == pytest.approx(brute_force_ms_loss_margins(embeddings, triplets, 2.0, 50.0, margins), rel=1e-4)
+    with pytest.raises(Exception, match="kge_vectors"):
+        SelfAlignmentObjective(ObjectiveConfig(loss="multi_similarity_v3"), concept_ids)

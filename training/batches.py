@@ -29,6 +29,7 @@ class PairBatches:
         self.names1 = [p[1] for p in pairs]
         self.names2 = [p[2] for p in pairs]
         self.n_concepts = len(label_of)
+        self.concept_ids = list(label_of)  # batch label i is concept_ids[i]
         self.global_batch = batch_size * world_size
         self.per_epoch = max(1, len(pairs) // self.global_batch)
         self.seed, self.rank, self.world_size = seed, rank, world_size

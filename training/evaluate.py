@@ -7,6 +7,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import numpy as np
 import typer
 from wasabi import msg
 
@@ -27,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 LINKING_DATASETS = ("ncbi-disease", "bc5cdr-disease", "bc5cdr-chemical", "cadec")
 RELATEDNESS_DATASETS = ("mayosrs", "umnsrs")
+# The vector space's own quality, on the bundled KB (training.conceptual).
+CONCEPTUAL_DATASETS = ("mcsm", "synonym-pairs")
 
 
 def _normalised_kb(kb: KnowledgeBase, normalise: TextNormaliser) -> KnowledgeBase:
@@ -145,6 +148,33 @@ def evaluate_relatedness(dataset: str, data_dir: Path, system: str, model: Optio
     return {"n": len(pairs), "spearman": float(spearmanr(similarity, [p.score for p in pairs]).correlation)}
 
 
+def evaluate_conceptual(dataset: str, system: str, model: Optional[str]) -> dict:
+    """MCSM per type group (k = 40, at most 11.09), or the synonym-pair F1 (θ chosen on the dev
+    half of the KB's concepts, F1 on the held-apart half), for the model's vector space."""
+    from spacy_sapbert.assets import default_kb
+
+    from . import conceptual
+
+    if system != "model":
+        raise ValueError(f"{dataset} measures a model's vector space; use --system model, not {system!r}.")
+    kb, _ = default_kb()
+    encoder = EncoderSystem(KnowledgeBase([Concept("x", "x")]), model or "default")
+    if dataset == "mcsm":
+        concepts = list(kb)
+        vectors = encoder.query_encoder.encode([c.canonical_name for c in concepts], show_progress=True)
+        scores = conceptual.mcsm(vectors, conceptual.concept_groups(concepts))
+        return {"n": len(concepts), "k": conceptual.MCSM_K, "max": conceptual.mcsm_max(),
+                **{f"mcsm_{group}": score for group, score in scores.items()}}
+    halves = conceptual.synonym_pairs(kb)
+    found = {}
+    for half, pairs in halves.items():
+        similarity = encoder.similarity([a for a, _, _ in pairs], [b for _, b, _ in pairs])
+        found[half] = (similarity, np.array([same for _, _, same in pairs]))
+    threshold, dev_f1 = conceptual.best_threshold(*found[0])
+    return {"n": len(halves[1]), "threshold": threshold, "dev_f1": dev_f1,
+            "pair_f1": conceptual.pair_f1(found[1][0], found[1][1], threshold)}
+
+
 def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         model: Optional[str] = None, fold: int = 0, precision: str = "fp32", index_type: str = "flat",
         training_precedence: bool = True, sparse_weight: Optional[float] = None) -> dict:
@@ -155,6 +185,8 @@ def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         header.update(precision=precision, index_type=index_type)
     if dataset in RELATEDNESS_DATASETS:
         return {**header, "protocol": "cosine", **evaluate_relatedness(dataset, data_dir, system, model)}
+    if dataset in CONCEPTUAL_DATASETS:
+        return {**header, "split": "kb", "protocol": "cosine", **evaluate_conceptual(dataset, system, model)}
     if not training_precedence:
         header["training_precedence"] = False
     if sparse_weight is not None:
@@ -171,6 +203,8 @@ class Dataset(str, Enum):
     cadec = "cadec"
     mayosrs = "mayosrs"
     umnsrs = "umnsrs"
+    mcsm = "mcsm"
+    synonym_pairs = "synonym-pairs"
 
 
 class Split(str, Enum):

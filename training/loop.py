@@ -364,7 +364,7 @@ class Trainer:
             if not pairs:
                 raise TrainingConfigError(f"{self.pairs_path} holds no pairs; build them with `python -m training.pairs`.")
             batches = PairBatches(pairs, run.batch_size, run.seed, self.dist.rank, self.dist.world_size)
-            return batches, SelfAlignmentObjective(cfg.objective)
+            return batches, SelfAlignmentObjective(cfg.objective, batches.concept_ids)
         keysets = [read_keyset(folder) for folder, _ in self.keys]
         if not cfg.objective.refresh_keys_every:  # symmetric training embeds its own keys: it answers to itself
             self.teacher = self._keys_model(keysets, source)

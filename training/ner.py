@@ -5,7 +5,6 @@ spaCy's binary format for `spacy train configs/ner.cfg`.
 """
 import logging
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -18,6 +17,7 @@ from spacy_sapbert.demo import DEMO_NER
 from spacy_sapbert.tokenization import split_close_before_hyphen
 
 from .datasets import Corpus, read_pubtator
+from .tally import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -25,13 +25,8 @@ BC5CDR_FILES = {"train": "CDR_TrainingSet.PubTator.txt", "dev": "CDR_Development
 LABELS = ("Disease", "Chemical")
 
 
-@dataclass
-class ConversionStats:
-    documents: int = 0
-    mentions: int = 0
-    exact: int = 0
-    expanded: int = 0
-    overlapping: int = 0
+class ConversionStats(Tally):
+    """What corpus_docs did: documents, mentions, exact, expanded, overlapping."""
 
     def summary(self) -> str:
         return (

@@ -15,6 +15,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from pytorch_metric_learning import losses, miners
+from pytorch_metric_learning.utils import common_functions as c_f
+from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 
 @dataclass
@@ -24,6 +26,10 @@ class ObjectiveConfig:
     loss: a key of LOSSES. alpha, beta, base: the Multi-Similarity constants α (positive
         weight), β (negative weight) and ε (the similarity the exponents are centred on); the
         SapBERT paper used 2 / 50 / 0.5, its official code 1 / 60 / 0.5.
+    pos_margin, neg_margin: λp and λn of "multi_similarity_v2" (the CL+KGE paper: 1 and 0.5),
+        which centre the positive and the negative exponents apart, where v1 has one ε.
+    kge_vectors: for "multi_similarity_v3", an .npz of knowledge-graph embeddings ("ids",
+        "vectors") of the pairs' concepts, whose cosine S_KGE sets each pair's margins.
     miner: a key of MINERS, or "none" to feed every pair to the loss.
     miner_margin: λ, the distance margin a triplet must violate to be kept.
     type_of_triplets: "all" (every violating triplet, SapBERT's choice), "hard" or "semihard".
@@ -47,6 +53,9 @@ class ObjectiveConfig:
     alpha: float = 1.0
     beta: float = 60.0
     base: float = 0.5
+    pos_margin: float = 1.0
+    neg_margin: float = 0.5
+    kge_vectors: str = ""
     miner: str = "triplet_margin"
     miner_margin: float = 0.2
     type_of_triplets: str = "all"
@@ -60,16 +69,90 @@ class ObjectiveConfig:
     sparse_weight_lr: float = 0.001
 
 
-def _multi_similarity(config: ObjectiveConfig) -> torch.nn.Module:
+class SplitMarginMultiSimilarityLoss(losses.MultiSimilarityLoss):
+    """Multi-Similarity loss v2 (CL+KGE): per anchor, 1/α log(1 + Σ_pos exp(-α (S - λp))) +
+    1/β log(1 + Σ_neg exp(β (S - λn))), with the two margins apart (v1: λp = λn = ε)."""
+
+    def __init__(self, alpha: float, beta: float, pos_margin: float, neg_margin: float):
+        super().__init__(alpha=alpha, beta=beta, base=neg_margin)
+        self.pos_margin, self.neg_margin = pos_margin, neg_margin
+
+    def margins(self, mat: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The positive and negative margins of every pair of the batch."""
+        return torch.full_like(mat, self.pos_margin), torch.full_like(mat, self.neg_margin)
+
+    def _compute_loss(self, mat, pos_mask, neg_mask):
+        pos_margin, neg_margin = self.margins(mat)
+        pos_loss = (1.0 / self.alpha) * lmu.logsumexp(self.alpha * (pos_margin - mat), keep_mask=pos_mask.bool(),
+                                                      add_one=True)
+        neg_loss = (1.0 / self.beta) * lmu.logsumexp(self.beta * (mat - neg_margin), keep_mask=neg_mask.bool(),
+                                                     add_one=True)
+        return {"loss": {"losses": pos_loss + neg_loss, "indices": c_f.torch_arange_from_size(mat),
+                         "reduction_type": "element"}}
+
+
+class KGEMarginMultiSimilarityLoss(SplitMarginMultiSimilarityLoss):
+    """Multi-Similarity loss v3 (CL+KGE): each pair's margins follow S_KGE, the cosine of its two
+    concepts' knowledge-graph embeddings: λp = |S - S_KGE| and λn = 1 - |S - S_KGE|, with S the
+    pair's cosine taken as a constant (the margins steer the gradient; none flows through them).
+
+    kge: (n_labels, d) unit vectors, row i the concept of batch label i.
+    """
+
+    def __init__(self, alpha: float, beta: float, kge: torch.Tensor):
+        super().__init__(alpha, beta, pos_margin=0.0, neg_margin=0.0)
+        self.kge = kge
+        self._labels: Optional[torch.Tensor] = None
+
+    def forward(self, embeddings, labels, indices_tuple=None, ref_emb=None, ref_labels=None):
+        self._labels = labels
+        return super().forward(embeddings, labels, indices_tuple, ref_emb, ref_labels)
+
+    def margins(self, mat: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        vectors = self.kge.to(mat.device, mat.dtype)[self._labels]
+        gap = (mat.detach() - vectors @ vectors.T).abs()
+        return gap, 1 - gap
+
+
+def _multi_similarity(config: ObjectiveConfig, concept_ids: Sequence[str] = ()) -> torch.nn.Module:
     return losses.MultiSimilarityLoss(alpha=config.alpha, beta=config.beta, base=config.base)
+
+
+def _multi_similarity_v2(config: ObjectiveConfig, concept_ids: Sequence[str] = ()) -> torch.nn.Module:
+    return SplitMarginMultiSimilarityLoss(config.alpha, config.beta, config.pos_margin, config.neg_margin)
+
+
+def _multi_similarity_v3(config: ObjectiveConfig, concept_ids: Sequence[str] = ()) -> torch.nn.Module:
+    return KGEMarginMultiSimilarityLoss(config.alpha, config.beta, kge_table(config.kge_vectors, concept_ids))
+
+
+def kge_table(path: str, concept_ids: Sequence[str]) -> torch.Tensor:
+    """The unit KGE vectors of `concept_ids`, in order, from an .npz ("ids", "vectors"); a concept
+    the embeddings lack gets a zero vector (S_KGE 0 with everything)."""
+    import numpy as np
+
+    if not path:
+        raise ObjectiveError("multi_similarity_v3 needs objective.kge_vectors, the .npz that `spacy project run "
+                             "kge` writes.")
+    with np.load(path) as data:
+        row = {str(i): r for r, i in enumerate(data["ids"])}
+        vectors = torch.from_numpy(np.asarray(data["vectors"], dtype=np.float32))
+    vectors = torch.nn.functional.normalize(vectors, dim=1)
+    table = torch.zeros(len(concept_ids), vectors.shape[1])
+    found = [(i, row[c]) for i, c in enumerate(concept_ids) if c in row]
+    if found:
+        table[[i for i, _ in found]] = vectors[[r for _, r in found]]
+    return table
 
 
 def _triplet_margin(config: ObjectiveConfig) -> torch.nn.Module:
     return miners.TripletMarginMiner(margin=config.miner_margin, type_of_triplets=config.type_of_triplets)
 
 
-LOSSES: Dict[str, Callable[[ObjectiveConfig], torch.nn.Module]] = {
+LOSSES: Dict[str, Callable[..., torch.nn.Module]] = {
     "multi_similarity": _multi_similarity,
+    "multi_similarity_v2": _multi_similarity_v2,
+    "multi_similarity_v3": _multi_similarity_v3,
 }
 MINERS: Dict[str, Callable[[ObjectiveConfig], torch.nn.Module]] = {
     "triplet_margin": _triplet_margin,
@@ -83,7 +166,8 @@ class ObjectiveError(ValueError):
 class SelfAlignmentObjective(torch.nn.Module):
     """Mine hard pairs in a batch of embeddings and score them with a metric-learning loss.
 
-    config: the loss and miner names and their constants.
+    config: the loss and miner names and their constants. concept_ids: the concept of each batch
+        label, for losses that look concepts up (v3's knowledge-graph embeddings).
 
     Called with embeddings (n, d) and integer concept labels (n,), it returns the loss and the
     number of mined triplets (0 means the batch taught nothing: every triplet met the margin).
@@ -91,7 +175,7 @@ class SelfAlignmentObjective(torch.nn.Module):
 
     metric_name = "triplets"
 
-    def __init__(self, config: ObjectiveConfig):
+    def __init__(self, config: ObjectiveConfig, concept_ids: Sequence[str] = ()):
         super().__init__()
         if config.loss not in LOSSES:
             raise ObjectiveError(f"Unknown loss {config.loss!r}; use one of {', '.join(LOSSES)}.")
@@ -100,7 +184,7 @@ class SelfAlignmentObjective(torch.nn.Module):
                 f"Unknown miner {config.miner!r}; use one of {', '.join(MINERS)} or 'none'."
             )
         self.config = config
-        self.loss = LOSSES[config.loss](config)
+        self.loss = LOSSES[config.loss](config, concept_ids)
         self.miner: Optional[torch.nn.Module] = (
             None if config.miner == "none" else MINERS[config.miner](config)
         )

@@ -11,12 +11,13 @@ import dataclasses
 import logging
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Sequence, Set, Tuple
 
 from spacy_sapbert.kb import Concept, KnowledgeBase, PathLike
 from spacy_sapbert.kb_formats import read_jsonl, read_mesh, read_obo_json, read_umls
+
+from .tally import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -137,18 +138,9 @@ def corpus_id(key: str) -> str:
     return local if prefix in ("MESH", "UMLS") else key
 
 
-@dataclass
-class MergeStats:
-    """What merge_ontologies did."""
-
-    concepts_in: int = 0
-    concepts_out: int = 0
-    merged_clusters: int = 0
-    largest_cluster: int = 1
-    links: int = 0
-    keys_not_one_to_one: int = 0
-    links_refused: int = 0
-    alt_ids_ambiguous: int = 0
+class MergeStats(Tally):
+    """What merge_ontologies did: concepts_in, concepts_out, merged_clusters, largest_cluster,
+    links, keys_not_one_to_one, links_refused, alt_ids_ambiguous."""
 
     @property
     def merges(self) -> int:

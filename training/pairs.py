@@ -16,7 +16,7 @@ import lzma
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, NoReturn, Optional, Sequence, Set, Tuple
 
@@ -28,6 +28,7 @@ from spacy_sapbert.kb_formats import read_jsonl, write_jsonl
 
 from .datasets import Mention
 from .ontology import OPEN_SOURCES, absorb_mesh_twins, load_source, merge_ontologies, read_mesh_mappings
+from .tally import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -118,17 +119,13 @@ class PairStats:
 
 # -- fine-tuning pairs -------------------------------------------------------------------
 
-@dataclass
-class MentionPairStats:
-    """What mention_pairs used and left out."""
+class MentionPairStats(Tally):
+    """What mention_pairs used and left out: mentions, used, composite, unknown, duplicates,
+    pairs, and unknown_ids (a Counter of the gold ids the dictionary lacks)."""
 
-    mentions: int = 0
-    used: int = 0
-    composite: int = 0
-    unknown: int = 0
-    duplicates: int = 0
-    pairs: int = 0
-    unknown_ids: Counter = field(default_factory=Counter)
+    def __init__(self):
+        super().__init__()
+        object.__setattr__(self, "unknown_ids", Counter())
 
     def summary(self) -> str:
         return (

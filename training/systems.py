@@ -134,7 +134,7 @@ class EncoderSystem(LinkingSystem):
             hybrid = HybridRescorer(names, self.sparse_weight)
         # Every concept it retrieves, none left out by a threshold: the harness scores ranks.
         settings = CandidateSettings(threshold=0.0, cache_size=0, sparse_weight=self.sparse_weight)
-        self.generator = CandidateGenerator(self.query_encoder, index, settings, hybrid)
+        self.generator = CandidateGenerator(self.query_encoder, index, settings, hybrid, content_rule=False)
         self.build_seconds = time.perf_counter() - start
 
     def rank(self, texts, k=10):
