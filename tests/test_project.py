@@ -25,7 +25,13 @@ def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, 
     spacy_project("run", "pairs", ".", *overrides, cwd=project)
     spacy_project("run", "pretrain", ".", "--vars.max_steps=2", *overrides, cwd=project)
     spacy_project("run", "pretrain-ms2", ".", "--vars.max_steps=2", *overrides, cwd=project)
-    for run in ("pretrain", "pretrain-ms2"):
+    # MS loss v3 reads KGE vectors (`spacy project run kge` trains them on the bundled KB's graph)
+    import numpy as np
+
+    ids = [line.split('"concept_id": "')[1].split('"')[0] for line in tiny_kb_file.read_text().splitlines() if line]
+    np.savez(project / "corpus" / "kge.npz", ids=np.array(ids), vectors=np.random.default_rng(0).normal(size=(len(ids), 6)))
+    spacy_project("run", "pretrain-ms3", ".", "--vars.max_steps=2", *overrides, cwd=project)
+    for run in ("pretrain", "pretrain-ms2", "pretrain-ms3"):
         model = project / "runs" / run / "model"
         assert (model / "config.json").exists() and (model / "training.json").exists()
         assert '"steps": 2' in (model / "training.json").read_text()
