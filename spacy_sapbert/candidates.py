@@ -14,8 +14,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from spacy.lang.en.stop_words import STOP_WORDS
 
 from .kb import name_key
+from .ranking import Candidates
 
-Candidates = List[Tuple[str, float]]
 # A mention to link: its text, and the type prefixes its concepts must have (() for any).
 Mention = Tuple[str, Tuple[str, ...]]
 

@@ -11,7 +11,7 @@ import faiss
 import numpy as np
 
 from .cache import damaged_record, file_records
-from .ranking import best_concepts
+from .ranking import Candidates, best_concepts
 from .kb import KBFormatError, KnowledgeBase, name_key
 from .kb_formats import read_jsonl, write_jsonl
 
@@ -36,8 +36,6 @@ ROWS_FILE = "rows.npy"
 KB_FILE = "kb.jsonl"
 # The KB as a bundled index stores it (save(compress_kb=True)).
 KB_FILE_GZ = "kb.jsonl.gz"
-
-Candidates = List[Tuple[str, float]]
 
 
 class ConceptIndexError(ValueError):

@@ -198,9 +198,6 @@ class SapBERTLinker(Pipe):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __setattr__(self, name: str, value) -> None:
-        if name == "labels":
-            object.__setattr__(self, name, value)
-            return
         for knobs in self.__dict__.get("_knobs", ()):
             if name in knobs.__dataclass_fields__:
                 setattr(knobs, name, value)
@@ -209,12 +206,9 @@ class SapBERTLinker(Pipe):
 
     @property
     def labels(self) -> List[str]:
-        """The entity labels linked (PipeSettings; spaCy's Pipe has a `labels` of its own)."""
+        """The entity labels linked (PipeSettings; spaCy's Pipe has a `labels` of its own, which
+        would answer before __getattr__)."""
         return self._knobs[1].labels
-
-    @labels.setter
-    def labels(self, value: List[str]) -> None:
-        self._knobs[1].labels = list(value)
 
     # -- loading --------------------------------------------------------------------------
 
@@ -294,22 +288,23 @@ class SapBERTLinker(Pipe):
         return ents, [(expand_abbreviations(ent.text, abbreviations), types_by_label.get(ent.label_.lower(), ()))
                       if not link_labels or ent.label_.lower() in link_labels else None for ent in ents]
 
-    def predict(self, docs: List[Doc]) -> List[List[Optional[Candidates]]]:
-        """Candidates for every entity of every doc (None for entities whose label is not
-        linked), from one generator call over the batch's mentions."""
+    def predict(self, docs: List[Doc]) -> List[Tuple[List[Span], List[Optional[Candidates]]]]:
+        """For each doc, the entities to annotate (put right by the long forms) and their
+        candidates (None for entities whose label is not linked), from one generator call over
+        the batch's mentions."""
         generator = self._loaded()
-        wanted = [self._mentions(doc)[1] for doc in docs]
-        distinct = sorted({key for keys in wanted for key in keys if key is not None})
+        wanted = [self._mentions(doc) for doc in docs]
+        distinct = sorted({key for _, keys in wanted for key in keys if key is not None})
         found = dict(zip(distinct, generator.generate(distinct)))
-        return [[found[key] if key is not None else None for key in keys] for keys in wanted]
+        return [(ents, [found[key] if key is not None else None for key in keys]) for ents, keys in wanted]
 
-    def set_annotations(self, docs: List[Doc], candidates: List[List[Optional[Candidates]]]) -> None:
+    def set_annotations(self, docs: List[Doc], predicted: List[Tuple[List[Span], List[Optional[Candidates]]]]) -> None:
         """Set `kb_id_`, then the Span extensions (in that order: a span's extension values
         are keyed by its kb_id, so setting them first would lose them)."""
-        for doc, doc_candidates in zip(docs, candidates):
+        for doc, (ents, doc_candidates) in zip(docs, predicted):
             spans = [ent if cands is None else Span(doc, ent.start, ent.end, label=ent.label,
                                                      kb_id=cands[0][0] if cands else "")
-                     for ent, cands in zip(self._mentions(doc)[0], doc_candidates)]
+                     for ent, cands in zip(ents, doc_candidates)]
             if self.spans_key:
                 doc.spans[self.spans_key] = spans
                 spans = doc.spans[self.spans_key]

@@ -95,17 +95,9 @@ class IndexLoader:
         return ConceptIndex.load(path, encoder=encoder)
 
 
-@registry.encoders("spacy-sapbert.Encoder.v1")
-def encoder_v1(model: str = DEFAULT, precision: str = "int8", pooling: str = "auto", max_length: int = MAX_LENGTH,
-               device: str = "cpu", threads: int = 0, batch_size: int = 32) -> EncoderLoader:
-    """The encoder sub-config of `sapbert_linker` (EncoderLoader)."""
-    return EncoderLoader(model, precision, pooling, max_length, device, threads, batch_size)
-
-
-@registry.indexes("spacy-sapbert.ConceptIndex.v1")
-def index_v1(index: str = DEFAULT) -> IndexLoader:
-    """The index sub-config of `sapbert_linker` (IndexLoader)."""
-    return IndexLoader(index)
+# The loaders themselves are the registered functions: their fields are the sub-configs' keys.
+registry.encoders("spacy-sapbert.Encoder.v1")(EncoderLoader)
+registry.indexes("spacy-sapbert.ConceptIndex.v1")(IndexLoader)
 
 
 ENCODER_CONFIG = {"@encoders": "spacy-sapbert.Encoder.v1", **asdict(EncoderLoader())}

@@ -4,6 +4,9 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+# What every search answers for one query: (concept id, score) pairs, best first.
+Candidates = List[Tuple[str, float]]
+
 
 def tie_order(scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The order of one query's hits: best score first, and among scores equal to 6 decimals

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 import numpy as np
 import scipy.sparse
 
-from .ranking import best_concepts
+from .ranking import Candidates, best_concepts
 
 if TYPE_CHECKING:  # training imports this module where FAISS is not installed
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from .index import Candidates, ConceptIndex
+    from .index import ConceptIndex
     from .kb import KnowledgeBase
 
 logger = logging.getLogger(__name__)
@@ -182,10 +182,10 @@ class SparseConceptIndex:
         """An index of `names`, row i naming concept_ids[row_concepts[i]] (a key set's rows)."""
         return cls(None, rows=(list(names), np.asarray(row_concepts, dtype=np.int64), list(concept_ids)), **settings)
 
-    def search(self, texts: Sequence[str], k: int = 10) -> List["Candidates"]:
+    def search(self, texts: Sequence[str], k: int = 10) -> List[Candidates]:
         """The k best distinct concepts for each text, [(concept_id, cosine), …] best first,
         ranked as every search is (ranking.best_concepts); names sharing no n-gram are no hit."""
-        results: List["Candidates"] = []
+        results: List[Candidates] = []
         n_rows = self.name_vectors.shape[1]
         for start in range(0, len(texts), QUERY_BLOCK):
             for row in self.score_rows(texts[start : start + QUERY_BLOCK]):

@@ -112,6 +112,11 @@ def evaluate_linking(task: Task, system: LinkingSystem) -> dict:
     }
 
 
+def _vector_space(model: Optional[str]) -> EncoderSystem:
+    """The model system without a dictionary of its own, for measures of its vectors alone."""
+    return EncoderSystem(KnowledgeBase([Concept("x", "x")]), model or "default")
+
+
 def evaluate_relatedness(dataset: str, data_dir: Path, system: str, model: Optional[str]) -> dict:
     """Spearman correlation between the system's cosine similarities and the ratings."""
     from scipy.stats import spearmanr
@@ -120,7 +125,7 @@ def evaluate_relatedness(dataset: str, data_dir: Path, system: str, model: Optio
     pairs = reader(data_dir / path)
     first, second = [p.term1 for p in pairs], [p.term2 for p in pairs]
     if system == "model":
-        encoder = EncoderSystem(KnowledgeBase([Concept("x", "x")]), model or "default")
+        encoder = _vector_space(model)
         similarity = encoder.similarity(first, second)
     elif system == "tfidf":
         from sklearn.feature_extraction.text import TfidfVectorizer
@@ -142,7 +147,7 @@ def evaluate_conceptual(dataset: str, system: str, model: Optional[str]) -> dict
     if system != "model":
         raise ValueError(f"{dataset} measures a model's vector space; use --system model, not {system!r}.")
     kb, _ = default_kb()
-    encoder = EncoderSystem(KnowledgeBase([Concept("x", "x")]), model or "default")
+    encoder = _vector_space(model)
     if dataset == "mcsm":
         concepts = list(kb)
         vectors = encoder.query_encoder.encode([c.canonical_name for c in concepts], show_progress=True)
