@@ -142,10 +142,9 @@ class InputFormat(str, Enum):
 
 
 def _read_inputs(path: Path, format: str = "auto") -> List[dict]:
-    """Records with a "text": one per line of `path` ("-": standard input), blank lines kept as
-    empty documents, so the output has one record per input line. format "jsonl": each line a
-    JSON object with a string "text"; "text": each line a document; "auto": JSONL when the
-    first non-blank line is a JSON object, else text."""
+    """Records with a "text": one per line of `path` ("-": standard input); corpus.parse_records."""
+    from .shards import parse_records
+
     handle = sys.stdin if str(path) == "-" else path.open(encoding="utf-8-sig")
     try:
         try:
@@ -155,37 +154,36 @@ def _read_inputs(path: Path, format: str = "auto") -> List[dict]:
     finally:
         if handle is not sys.stdin:
             handle.close()
-    if format == "auto":
-        first = next((line for line in lines if line.strip()), "")
-        format = "jsonl" if first.lstrip().startswith("{") else "text"
-    if format == "text":
-        return [{"text": line} for line in lines]
-    records = []
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            records.append({"text": ""})
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            record = None
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise ValueError(f"{path}:{line_no}: expected a JSON object with a string \"text\"; fix that line.")
-        records.append(record)
-    return records
+    return parse_records(lines, path, format)
 
 
-def _entity_rows(doc, kb) -> List[dict]:
-    rows = []
-    for ent in doc.ents:
-        concept = kb.cui_to_entity.get(ent._.cui) if ent._.cui else None
-        rows.append({
-            "text": ent.text, "start": ent.start_char, "end": ent.end_char, "label": ent.label_,
-            "cui": ent._.cui, "name": concept.canonical_name if concept else None,
-            "score": round(ent._.cui_score, 4) if ent._.cui_score is not None else None,
-            "candidates": [[c, round(s, 4)] for c, s in ent._.kb_ents],
-        })
-    return rows
+class Engine(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+class OutputFormat(str, Enum):
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+def _is_corpus_input(input: Optional[Path]) -> bool:
+    """A folder or a glob: link a corpus into an output folder, shard by shard."""
+    return input is not None and str(input) != "-" and (input.is_dir() or any(c in str(input) for c in "*?["))
+
+
+def _link_corpus(input: Path, output: Optional[Path], settings, engine: str, workers: Optional[int],
+                 address: Optional[str], docs_per_shard: int) -> None:
+    from .corpus import link_corpus
+
+    if output is None:
+        _fail(ValueError(f"--input {input} names several documents files: give --output OUT_DIR for their shards."))
+    summary = link_corpus(str(input), output, settings, engine=engine, workers=workers, address=address,
+                          docs_per_shard=docs_per_shard)
+    msg.good(f"Linked {summary.documents} documents ({summary.mentions} mentions) in "
+             f"{summary.shards - summary.skipped} shards in {summary.seconds:.1f} s "
+             f"({summary.mentions_per_s:.0f} mentions/s) into {output}; "
+             f"{summary.skipped} of {summary.shards} shards were complete already.")
 
 
 @app.command("link")
@@ -202,33 +200,47 @@ def link(
     threshold: float = typer.Option(0.7, "--threshold", help="Below this score a mention gets no concept."),
     batch_size: int = typer.Option(64, "--batch-size", help="Documents per batch."),
     precision: Precision = typer.Option(Precision.int8, "--precision", help="int8 (ONNX Runtime, fast) or fp32 (torch, exact) mention encoding."),
+    engine: Engine = typer.Option(Engine.local, "--engine", help="For a corpus (--input a folder or 'DIR/*.jsonl'): local (this process) or ray (a pool of workers, one pipeline each)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Ray workers (one CPU each; default: every CPU of the cluster)."),
+    address: Optional[str] = typer.Option(None, "--address", help="Join this Ray cluster (e.g. 'auto' or 'HOST:6379'); default: start a local one."),
+    docs_per_shard: int = typer.Option(1000, "--docs-per-shard", help="Documents (input lines) per output shard: the unit of restart."),
+    output_format: OutputFormat = typer.Option(OutputFormat.jsonl, "--output-format", help="Corpus shards as jsonl, or parquet (needs pyarrow)."),
 ):
-    """Run NER, abbreviation detection and the linker; print a table or write JSONL."""
-    from .demo import demo_pipeline
+    """Run NER, abbreviation detection and the linker; print a table or write JSONL.
+
+    With --input a folder or a glob, link a corpus into --output OUT_DIR, one shard per
+    --docs-per-shard lines of each file; a rerun skips the shards already complete."""
+    from .shards import CorpusError, LinkSettings, ShardLinker
 
     if (text is None) == (input is None):
         _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
+    settings = LinkSettings(ner=ner, model=model, index=index, threshold=threshold, k=k,
+                            labels=tuple(x for x in labels.split(",") if x), precision=precision.value,
+                            input_format=input_format.value, output_format=output_format.value,
+                            batch_size=batch_size)
+    if _is_corpus_input(input):
+        try:
+            return _link_corpus(input, output, settings, engine.value, workers, address, docs_per_shard)
+        except (CorpusError, OSError) + _user_errors() as err:
+            _fail(err)
+    if engine != Engine.local or output_format != OutputFormat.jsonl:
+        _fail(ValueError("--engine ray and --output-format parquet apply to a corpus: give --input a folder or a glob."))
     try:
         records = [{"text": text}] if text is not None else _read_inputs(input, input_format.value)
-        config = {"threshold": threshold, "k": max(k, 10), "max_entities_per_mention": k,
-                  "labels": [x for x in labels.split(",") if x]}
-        nlp = demo_pipeline(ner=ner, model=model, index=index, linker_config=config,
-                            encoder_config={"precision": precision.value})
+        linker = ShardLinker(settings, ".")
     except (ValueError, OSError) + _user_errors() as err:
         _fail(err)
-    kb = nlp.get_pipe("sapbert_linker").kb
     from tqdm.auto import tqdm
 
-    docs = tqdm(nlp.pipe((r["text"] for r in records), batch_size=batch_size), total=len(records),
-                desc="linking", unit="doc", disable=len(records) < 100 or output is None)
+    linked = tqdm(linker.link_records(records), total=len(records), desc="linking", unit="doc",
+                  disable=len(records) < 100 or output is None)
     out = output.open("w", encoding="utf-8") if output else None
     try:
-        for record, doc in zip(records, docs):
-            rows = _entity_rows(doc, kb)
+        for record in linked:
             if out:
-                out.write(json.dumps({**record, "entities": rows}, ensure_ascii=False) + "\n")
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
             else:
-                table = [(r["text"], r["label"], r["cui"] or "NIL", r["name"] or "", r["score"]) for r in rows]
+                table = [(r["text"], r["label"], r["cui"] or "NIL", r["name"] or "", r["score"]) for r in record["entities"]]
                 msg.table(table, header=("mention", "label", "concept", "canonical name", "score"), divider=True, max_col=60)
     finally:
         if out:

@@ -149,6 +149,28 @@ def _copy_linear(transform: faiss.LinearTransform) -> faiss.LinearTransform:
     return copy
 
 
+def _split_pre_transform(index: faiss.Index) -> Tuple[List[Tuple[np.ndarray, Optional[np.ndarray]]], faiss.Index]:
+    """(the linear maps of an IndexPreTransform's chain in float64, as (A, b or None), and the
+    index inside); ([], index) for any other index.
+
+    FAISS applies a transform with BLAS, whose one-row and many-row kernels round differently,
+    so a query's projection, and so its scores, would depend on how many queries share the
+    call. Projected in float64 and rounded to float32, a query's vector is the same bit for bit
+    whatever its batch."""
+    outer = faiss.downcast_index(index)
+    if not isinstance(outer, faiss.IndexPreTransform):
+        return [], index
+    maps = []
+    for i in range(outer.chain.size()):
+        transform = faiss.downcast_VectorTransform(outer.chain.at(i))
+        if not isinstance(transform, faiss.LinearTransform):
+            return [], index
+        matrix = faiss.vector_to_array(transform.A).astype(np.float64).reshape(transform.d_out, transform.d_in)
+        bias = faiss.vector_to_array(transform.b).astype(np.float64) if transform.have_bias else None
+        maps.append((matrix, bias))
+    return maps, outer.index
+
+
 def _search_params(index: faiss.Index, selector) -> faiss.SearchParameters:
     base = faiss.downcast_index(index)
     if isinstance(base, faiss.IndexPreTransform):  # it hands the parameters to the index inside
@@ -215,6 +237,7 @@ class ConceptIndex:
         self.meta = meta
         self.path: Optional[Path] = None  # the directory it was loaded from
         self._selectors: Dict[Tuple[str, ...], Tuple[object, int]] = {}
+        self._split: Optional[tuple] = None  # (index, its pre-transform maps, the index inside)
 
     @classmethod
     def build(
@@ -418,11 +441,17 @@ class ConceptIndex:
         results: List[Candidates] = [[] for _ in range(len(vectors))]
         if n_allowed == 0 or k <= 0:
             return results
+        if getattr(self, "_split", None) is None or self._split[0] is not self.index:
+            self._split = (self.index, *_split_pre_transform(self.index))
+        _, maps, searched = self._split
+        for matrix, bias in maps:
+            projected = vectors.astype(np.float64) @ matrix.T
+            vectors = np.ascontiguousarray(projected + bias if bias is not None else projected, dtype=np.float32)
         pending = np.arange(len(vectors))
         # Concepts have several names, so fetch more rows than concepts and widen if short.
         k_rows = min(n_allowed, max(4 * k, min_rows))
         while len(pending):
-            scores, rows = self.index.search(vectors[pending], k_rows, params=params)
+            scores, rows = searched.search(vectors[pending], k_rows, params=params)
             if rescore is not None:
                 scores = rescore(pending, rows, scores)
             still_short = []
@@ -508,6 +537,7 @@ class ConceptIndex:
         state = self.__dict__.copy()
         state["index"] = faiss.serialize_index(self.index)
         state["_selectors"] = {}
+        state["_split"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
