@@ -93,6 +93,16 @@ def file_sha256(path: Union[str, Path]) -> str:
     return digest.hexdigest()
 
 
+def lines_sha256(lines: Iterable[str]) -> str:
+    """sha256 of text lines, each UTF-8 and ended by a newline (a corpus shard's input, a KB's
+    names)."""
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
 def file_records(folder: Path, names: Iterable[str]) -> Dict[str, dict]:
     """{name: {"bytes", "sha256"}} of files in `folder`: what an index's, an export's, a cached
     state's or a checkpoint's record holds, so that damaged_record can tell a damaged file."""

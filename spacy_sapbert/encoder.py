@@ -20,6 +20,8 @@ logger = logging.getLogger(__name__)
 # Written beside a model that stores only what training changed: the model its other weights
 # come from (its word embeddings, say, which training kept frozen) and their sha256.
 BASE_FILE = "sapbert_base.json"
+# peft's record of an adapter trained alone (training.adapters): loaded onto its base and merged.
+ADAPTER_FILE = "adapter_config.json"
 
 
 def tensors_sha256(tensors: dict) -> str:
@@ -42,6 +44,8 @@ def load_transformer(source: Union[str, Path]):
 
     source = str(source)
     tokenizer = AutoTokenizer.from_pretrained(source)
+    if (Path(source).expanduser() / ADAPTER_FILE).exists():
+        return tokenizer, merged_adapter(source)
     record_file = Path(source).expanduser() / BASE_FILE
     if not record_file.exists():
         # fp32 whatever the checkpoint holds (transformers 5 keeps its dtype): a packaged fp16
@@ -67,6 +71,26 @@ def load_transformer(source: Union[str, Path]):
             "install the base it names (make install), or use the full model directory."
         )
     return tokenizer, model
+
+
+def adapter_base(source: Union[str, Path]) -> Path:
+    """The base model directory an adapter directory is loaded onto."""
+    from .assets import resolve_model
+
+    record = json.loads((Path(source).expanduser() / ADAPTER_FILE).read_text())
+    return resolve_model(record.get("base_model_name_or_path") or "base")
+
+
+def merged_adapter(source: Union[str, Path]) -> torch.nn.Module:
+    """An adapter directory's base model with the adapter merged into its weights: one plain
+    model, as fast as the base (and exported to int8 as one)."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise EncoderError(f"{source} is an adapter (peft); pip install peft==0.21.2 to load it.") from None
+    base = adapter_base(source)
+    model = AutoModel.from_pretrained(base, dtype=torch.float32)
+    return PeftModel.from_pretrained(model, str(source)).merge_and_unload()
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -137,9 +161,9 @@ class TorchEncoder:
         self.max_length = max_length
         self.batch_size = batch_size
         self.device = resolve_device(device)
-        if local.exists() and not (local / "config.json").exists():
+        if local.exists() and not (local / "config.json").exists() and not (local / ADAPTER_FILE).exists():
             raise EncoderError(
-                f"{local} has no config.json, so it is not a Hugging Face model directory; "
+                f"{local} has no config.json (nor {ADAPTER_FILE}), so it is not a Hugging Face model directory; "
                 "point `model` at the folder that holds config.json and the weights."
             )
         source = str(local) if local.exists() else str(model)

@@ -57,7 +57,7 @@ def exact_encoder(encoder):
     export came from, or a student's teacher (a query encoder trained against frozen keys is the
     student of the keys' model), followed to the model that has no teacher. Names are embedded
     by it, exactly."""
-    from .encoder import TorchEncoder
+    from .encoder import ADAPTER_FILE, TorchEncoder
 
     meta = getattr(encoder, "meta", None)
     if meta is None:
@@ -65,7 +65,7 @@ def exact_encoder(encoder):
             encoder = TorchEncoder(encoder.teacher_model, pooling=encoder.pooling, max_length=encoder.max_length)
         return encoder
     source = Path(resolve_model(getattr(encoder, "exported_from", None) or meta["exact_model"]))
-    if not (source / "config.json").exists():
+    if not (source / "config.json").exists() and not (source / ADAPTER_FILE).exists():
         raise EncoderError(f"{encoder.name_or_path} was exported from {source}, which is gone, and building "
                            "an index needs that exact model; point `model` at it, or export again.")
     exact = exact_encoder(TorchEncoder(source, pooling=encoder.pooling, max_length=encoder.max_length))

@@ -12,7 +12,9 @@ import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+
+from .cache import file_sha256, lines_sha256
 
 RECORDS = "_shards"
 OUTPUT_FORMATS = ("jsonl", "parquet")
@@ -162,14 +164,6 @@ def plan_shards(files: Sequence[Path], docs_per_shard: int) -> List[Shard]:
     return shards
 
 
-def _sha256_lines(lines: Iterable[str]) -> str:
-    digest = hashlib.sha256()
-    for line in lines:
-        digest.update(line.encode("utf-8"))
-        digest.update(b"\n")
-    return digest.hexdigest()
-
-
 def _output_path(out_dir: Path, shard: Shard, settings: LinkSettings) -> Path:
     return out_dir / f"{shard.name}.{settings.output_format}"
 
@@ -180,14 +174,12 @@ def _record_path(out_dir: Path, shard: Shard) -> Path:
 
 def shard_is_complete(out_dir: Path, shard: Shard, settings: LinkSettings) -> bool:
     """Whether OUT_DIR holds this shard, whole and made from these very input lines."""
-    from .cache import file_sha256
-
     record_path, output = _record_path(out_dir, shard), _output_path(out_dir, shard, settings)
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
         return (record.get("settings") == settings.digest() and record.get("source") == shard.source
                 and record.get("start") == shard.start and record.get("n_lines") == shard.n_lines
-                and record.get("input_sha256") == _sha256_lines(shard.read_lines())
+                and record.get("input_sha256") == lines_sha256(shard.read_lines())
                 and record.get("output_sha256") == file_sha256(output))
     except (OSError, ValueError, AttributeError):
         return False
@@ -252,8 +244,6 @@ class ShardLinker:
             yield {**record, "entities": entity_rows(doc, self.kb)}
 
     def run(self, shard: Shard) -> ShardResult:
-        from .cache import file_sha256
-
         start = time.perf_counter()
         lines = shard.read_lines()
         records = parse_records(lines, shard.source, self.settings.input_format, shard.start + 1)
@@ -261,7 +251,7 @@ class ShardLinker:
         output = _output_path(self.out_dir, shard, self.settings)
         _replace_atomically(output, lambda path: _write_output(path, linked, self.settings.output_format))
         record = {"settings": self.settings.digest(), "source": shard.source, "start": shard.start,
-                  "n_lines": shard.n_lines, "input_sha256": _sha256_lines(lines),
+                  "n_lines": shard.n_lines, "input_sha256": lines_sha256(lines),
                   "output_sha256": file_sha256(output), "documents": len(linked),
                   "mentions": sum(len(r["entities"]) for r in linked)}
         _replace_atomically(_record_path(self.out_dir, shard),

@@ -31,8 +31,11 @@ def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, 
     ids = [line.split('"concept_id": "')[1].split('"')[0] for line in tiny_kb_file.read_text().splitlines() if line]
     np.savez(project / "corpus" / "kge.npz", ids=np.array(ids), vectors=np.random.default_rng(0).normal(size=(len(ids), 6)))
     spacy_project("run", "pretrain-ms3", ".", "--vars.max_steps=2", *overrides, cwd=project)
-    for run in ("pretrain", "pretrain-ms2", "pretrain-ms3"):
+    spacy_project("run", "pretrain-adapter13", ".", "--vars.max_steps=2", *overrides, cwd=project)
+    spacy_project("run", "pretrain-adapter1", ".", "--vars.max_steps=2", *overrides, cwd=project)
+    for run in ("pretrain", "pretrain-ms2", "pretrain-ms3", "pretrain-adapter13", "pretrain-adapter1"):
         model = project / "runs" / run / "model"
-        assert (model / "config.json").exists() and (model / "training.json").exists()
+        weights = "adapter_config.json" if "adapter" in run else "config.json"
+        assert (model / weights).exists() and (model / "training.json").exists()
         assert '"steps": 2' in (model / "training.json").read_text()
     assert "multi_similarity_v2" in (project / "runs" / "pretrain-ms2" / "model" / "training.json").read_text()

@@ -18,6 +18,7 @@ from .objective import ObjectiveConfig
 
 AMP_MODES = ("auto", "bf16", "fp16", "none")
 SCHEDULES = ("constant", "linear")
+ADAPTERS = ("", "lora")
 
 
 class TrainingConfigError(ValueError):
@@ -36,6 +37,11 @@ class ModelConfig:
         started from a trained model's layers.
     freeze: parameters whose names start with one of these stay as loaded
         ("embeddings.word_embeddings": the shipped model then stores only what changed).
+    adapter: "" (train the model itself) or "lora": train only a peft LoRA adapter on every
+        linear layer of the encoder, saved alone (the SapBERT paper's bottleneck adapters have
+        no peft type; LoRA is the low-rank adapter peft keeps).
+    adapter_fraction: the adapter's size as a fraction of the base's parameters (the paper's
+        0.13 and 0.01); the LoRA rank is chosen to come nearest (training.adapters).
     """
 
     name_or_path: str = ""
@@ -43,6 +49,8 @@ class ModelConfig:
     max_length: int = 25
     layers: List[int] = field(default_factory=list)
     freeze: List[str] = field(default_factory=list)
+    adapter: str = ""
+    adapter_fraction: float = 0.01
 
 
 @dataclass
@@ -133,6 +141,10 @@ class TrainConfig:
         return config
 
     def validate(self, where: str = "config") -> None:
+        if self.model.adapter not in ADAPTERS:
+            raise TrainingConfigError(f"{where}: [model] adapter must be \"\" or lora, not {self.model.adapter!r}.")
+        if self.model.adapter and not 0 < self.model.adapter_fraction < 1:
+            raise TrainingConfigError(f"{where}: [model] adapter_fraction must lie between 0 and 1, not {self.model.adapter_fraction}.")
         if self.model.pooling not in POOLINGS + ("auto",):
             raise TrainingConfigError(f"{where}: [model] pooling must be one of {', '.join(POOLINGS)} or auto, not {self.model.pooling!r}.")
         if self.training.amp not in AMP_MODES:

@@ -304,9 +304,23 @@ class Trainer:
         """The PairEncoder to train, in training mode on `device`, and its tokenizer; a fresh run
         keeps only the [model] layers (a checkpoint's model has only those already)."""
         cfg = self.config.model
-        tokenizer, model = self._load_model(source)
+        if cfg.adapter and not fresh:  # a checkpoint of an adapter: the adapter, still apart, on its base
+            from spacy_sapbert.encoder import adapter_base
+
+            from .adapters import load_trainable
+
+            from transformers import AutoTokenizer
+
+            _, base = self._load_model(adapter_base(source))
+            tokenizer, model = AutoTokenizer.from_pretrained(str(source)), load_trainable(source, base)
+        else:
+            tokenizer, model = self._load_model(source)
         if cfg.layers and fresh:
             model = keep_layers(model, cfg.layers)
+        if cfg.adapter and fresh:
+            from .adapters import add_lora
+
+            model = add_lora(model, cfg.adapter_fraction, cfg.name_or_path)
         model.train()
         pooling = cfg.pooling
         if pooling == "auto":
