@@ -31,9 +31,12 @@ def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, 
     ids = [line.split('"concept_id": "')[1].split('"')[0] for line in tiny_kb_file.read_text().splitlines() if line]
     np.savez(project / "corpus" / "kge.npz", ids=np.array(ids), vectors=np.random.default_rng(0).normal(size=(len(ids), 6)))
     spacy_project("run", "pretrain-ms3", ".", "--vars.max_steps=2", *overrides, cwd=project)
+    spacy_project("run", "pretrain-kge-injected", ".", "--vars.max_steps=2", "--vars.kge_injection_steps=2", *overrides,
+                  cwd=project)
     spacy_project("run", "pretrain-adapter13", ".", "--vars.max_steps=2", *overrides, cwd=project)
     spacy_project("run", "pretrain-adapter1", ".", "--vars.max_steps=2", *overrides, cwd=project)
-    for run in ("pretrain", "pretrain-ms2", "pretrain-ms3", "pretrain-adapter13", "pretrain-adapter1"):
+    for run in ("pretrain", "pretrain-ms2", "pretrain-ms3", "pretrain-kge-aligned", "pretrain-kge-injected",
+                "pretrain-adapter13", "pretrain-adapter1"):
         model = project / "runs" / run / "model"
         weights = "adapter_config.json" if "adapter" in run else "config.json"
         assert (model / weights).exists() and (model / "training.json").exists()

@@ -471,3 +471,21 @@ def test_multi_similarity_v3_takes_each_pairs_margins_from_kge(tmp_path):
     assert float(loss) == pytest.approx(brute_force_ms_loss_margins(embeddings, triplets, 2.0, 50.0, margins), rel=1e-4)
     with pytest.raises(Exception, match="kge_vectors"):
         SelfAlignmentObjective(ObjectiveConfig(loss="multi_similarity_v3"), concept_ids)
+
+
+def test_kge_alignment_draws_name_cosines_to_kge_cosines(tmp_path):
+    """KGE-injected stage: mean over name pairs i != j, both concepts embedded, of (S - S_KGE)^2."""
+    import numpy as np
+
+    embeddings, labels = random_batch(seed=5)
+    concept_ids = [f"C{i}" for i in range(int(labels.max()) + 1)]
+    kge = np.random.default_rng(5).normal(size=(len(concept_ids) - 1, 5)).astype(np.float32)
+    np.savez(tmp_path / "kge.npz", ids=np.array(concept_ids[:-1]), vectors=kge)  # the last has none
+    config = ObjectiveConfig(loss="kge_alignment", miner="none", kge_vectors=str(tmp_path / "kge.npz"))
+    loss, mined = SelfAlignmentObjective(config, concept_ids)(embeddings, labels)
+    unit = kge / np.linalg.norm(kge, axis=1, keepdims=True)
+    e = embeddings.numpy() / np.linalg.norm(embeddings.numpy(), axis=1, keepdims=True)
+    terms = [(float(e[i] @ e[j]) - float(unit[labels[i]] @ unit[labels[j]])) ** 2
+             for i in range(len(labels)) for j in range(len(labels))
+             if i != j and labels[i] < len(unit) and labels[j] < len(unit)]
+    assert mined == -1 and float(loss) == pytest.approx(sum(terms) / len(terms), rel=1e-5)

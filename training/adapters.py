@@ -33,6 +33,10 @@ def add_lora(model: torch.nn.Module, fraction: float, base: str) -> torch.nn.Mod
     trains); `base` is recorded as the model the adapter is loaded onto."""
     from peft import LoraConfig, get_peft_model
 
+    from spacy_sapbert.assets import resolve_model
+
+    if str(resolve_model("base")) == str(base):  # the wheel's path differs per machine: keep the name
+        base = "base"
     targets, _ = linear_layers(model)
     rank = rank_for(model, fraction)
     total = sum(p.numel() for p in model.parameters())

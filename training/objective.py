@@ -114,6 +114,34 @@ class KGEMarginMultiSimilarityLoss(SplitMarginMultiSimilarityLoss):
         return gap, 1 - gap
 
 
+class KGEAlignmentLoss(torch.nn.Module):
+    """CL+KGE's "KGE-injected" first stage: the batch's name cosines are drawn towards their
+    concepts' knowledge-graph cosines, mean over pairs of names i != j of (S_ij - S_KGE_ij)^2.
+    Pairs with a concept the embeddings lack are left out. Use it with miner "none", then
+    continue with multi_similarity_v3 from the model it leaves (`spacy project run
+    pretrain-kge-injected`).
+
+    kge: (n_labels, d) unit vectors (zero rows: no embedding), row i the concept of label i.
+    """
+
+    def __init__(self, kge: torch.Tensor):
+        super().__init__()
+        self.kge = kge
+
+    def forward(self, embeddings, labels, indices_tuple=None):
+        unit = torch.nn.functional.normalize(embeddings, dim=1)
+        vectors = self.kge.to(unit.device, unit.dtype)[labels]
+        known = vectors.abs().sum(1) > 0
+        mask = known[:, None] & known[None, :] & ~torch.eye(len(labels), dtype=torch.bool, device=unit.device)
+        if not mask.any():
+            return unit.sum() * 0
+        return ((unit @ unit.T - vectors @ vectors.T)[mask] ** 2).mean()
+
+
+def _kge_alignment(config: ObjectiveConfig, concept_ids: Sequence[str] = ()) -> torch.nn.Module:
+    return KGEAlignmentLoss(kge_table(config.kge_vectors, concept_ids))
+
+
 def _multi_similarity(config: ObjectiveConfig, concept_ids: Sequence[str] = ()) -> torch.nn.Module:
     return losses.MultiSimilarityLoss(alpha=config.alpha, beta=config.beta, base=config.base)
 
@@ -132,8 +160,8 @@ def kge_table(path: str, concept_ids: Sequence[str]) -> torch.Tensor:
     import numpy as np
 
     if not path:
-        raise ObjectiveError("multi_similarity_v3 needs objective.kge_vectors, the .npz that `spacy project run "
-                             "kge` writes.")
+        raise ObjectiveError("multi_similarity_v3 and kge_alignment need objective.kge_vectors, the .npz that "
+                             "`spacy project run kge` writes.")
     with np.load(path) as data:
         row = {str(i): r for r, i in enumerate(data["ids"])}
         vectors = torch.from_numpy(np.asarray(data["vectors"], dtype=np.float32))
@@ -153,6 +181,7 @@ LOSSES: Dict[str, Callable[..., torch.nn.Module]] = {
     "multi_similarity": _multi_similarity,
     "multi_similarity_v2": _multi_similarity_v2,
     "multi_similarity_v3": _multi_similarity_v3,
+    "kge_alignment": _kge_alignment,
 }
 MINERS: Dict[str, Callable[[ObjectiveConfig], torch.nn.Module]] = {
     "triplet_margin": _triplet_margin,
