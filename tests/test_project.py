@@ -33,9 +33,11 @@ def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, 
     spacy_project("run", "pretrain-ms3", ".", "--vars.max_steps=2", *overrides, cwd=project)
     spacy_project("run", "pretrain-kge-injected", ".", "--vars.max_steps=2", "--vars.kge_injection_steps=2", *overrides,
                   cwd=project)
+    spacy_project("run", "pretrain-prototypes", ".", "--vars.max_steps=2", "--vars.concepts_per_batch=2",
+                  "--vars.negatives_refresh_every=1", *overrides, cwd=project)
     spacy_project("run", "pretrain-adapter13", ".", "--vars.max_steps=2", *overrides, cwd=project)
     spacy_project("run", "pretrain-adapter1", ".", "--vars.max_steps=2", *overrides, cwd=project)
-    for run in ("pretrain", "pretrain-ms2", "pretrain-ms3", "pretrain-kge-aligned", "pretrain-kge-injected",
+    for run in ("pretrain", "pretrain-ms2", "pretrain-ms3", "pretrain-kge-aligned", "pretrain-kge-injected", "pretrain-prototypes",
                 "pretrain-adapter13", "pretrain-adapter1"):
         model = project / "runs" / run / "model"
         weights = "adapter_config.json" if "adapter" in run else "config.json"

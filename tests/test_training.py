@@ -489,3 +489,40 @@ def test_kge_alignment_draws_name_cosines_to_kge_cosines(tmp_path):
              for i in range(len(labels)) for j in range(len(labels))
              if i != j and labels[i] < len(unit) and labels[j] < len(unit)]
     assert mined == -1 and float(loss) == pytest.approx(sum(terms) / len(terms), rel=1e-5)
+
+
+def test_prototype_batches_mine_the_nearest_other_concepts_names(tiny_pairs):
+    """CODER++ batches: per concept, prototypes + positives of it (other synonyms first), then the
+    names of other concepts nearest the prototypes' mean in the index the model last refreshed."""
+    import numpy as np
+
+    from training.batches import PrototypeBatches
+    from training.pairs import read_pairs
+
+    batches = PrototypeBatches(read_pairs(tiny_pairs), concepts=2, prototypes=1, positives=3, negatives=4, seed=0)
+    vectors = np.random.default_rng(0).normal(size=(len(batches.names), 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    batches.refresh(vectors)
+    names, labels = batches[3]
+    assert names == batches[3][0]  # a pure function of (seed, index) and the index
+    assert len(names) == 2 * (1 + 3 + 4) and len(set(labels[:4].tolist())) == 1
+    first = labels[0].item()
+    prototype = batches.names.index(names[0])
+    others = [r for r in np.argsort(-(vectors @ vectors[prototype])) if batches.name_label[r] != first][:4]
+    assert names[4:8] == [batches.names[r] for r in others]
+    assert all(labels[4:8] != first)
+
+
+def test_a_prototype_run_refreshes_its_negatives_and_trains(tiny_model, tiny_pairs, tmp_path):
+    config = tiny_config(tiny_model, max_steps=4)
+    config.objective.batch_source = "prototypes"
+    config.objective.negatives_refresh_every = 2
+    config.objective.positives, config.objective.hard_negatives = 3, 4
+    trainer = Trainer(config, tiny_pairs, tmp_path)
+    refreshed = []
+    original = trainer._refresh
+    trainer._refresh = lambda run: (refreshed.append(run.step), original(run))
+    final = trainer.train()
+    assert refreshed == [0, 2]
+    record = json.loads((final / "training.json").read_text())
+    assert record["hard_negatives"] == 4 and record["names_per_step"] == 4 * (2 + 3 + 4)

@@ -116,3 +116,82 @@ class QueryBatches:
         return {"key_sets": [{k: keys.meta.get(k) for k in ("source", "n_names", "n_concepts", "n_queries")}
                              for keys in self.keysets],
                 "n_queries": sum(len(keys.queries) for keys in self.keysets)}
+
+
+class PrototypeBatches:
+    """CODER++-style batches with dynamic hard negatives, addressable by index.
+
+    Each micro-batch samples `concepts` concepts and, for each: `prototypes` of its names, then
+    `positives` names of it that prefer its other synonyms (drawn again when it has few), and
+    `negatives` hard negatives: the names of other concepts nearest the prototypes' mean in a
+    FAISS index over every name, which `refresh` rebuilds from the model as it trains (the loop
+    calls it at the start and every `refresh_every` steps: [objective] negatives_refresh_every,
+    0 once an epoch, an epoch being every concept once). The batch's names and concept labels
+    go to the pair objective (an MS loss), as a pair batch's do.
+
+    pool: keep only this many concepts (seeded), so a 2-core run's index refresh stays short
+        (0 keeps all).
+    """
+
+    def __init__(self, pairs: Sequence[Tuple[str, str, str]], concepts: int, prototypes: int, positives: int,
+                 negatives: int, seed: int, pool: int = 0, rank: int = 0, world_size: int = 1):
+        names_of: Dict[str, List[str]] = {}
+        for cui, first, second in pairs:
+            known = names_of.setdefault(cui, [])
+            known.extend(n for n in (first, second) if n not in known)
+        self.concept_ids = sorted(names_of)
+        if pool and pool < len(self.concept_ids):
+            keep = torch.randperm(len(self.concept_ids), generator=torch.Generator().manual_seed(seed))[:pool]
+            self.concept_ids = sorted(self.concept_ids[i] for i in keep.tolist())
+        self.names: List[str] = []
+        self.name_label: List[int] = []
+        self.rows_of: List[List[int]] = []
+        for label, cui in enumerate(self.concept_ids):
+            self.rows_of.append(list(range(len(self.names), len(self.names) + len(names_of[cui]))))
+            self.names.extend(names_of[cui])
+            self.name_label.extend([label] * len(names_of[cui]))
+        self.n_concepts = len(self.concept_ids)
+        self.concepts, self.prototypes, self.positives, self.negatives = concepts * world_size, prototypes, positives, negatives
+        self.per_epoch = max(1, self.n_concepts // self.concepts)
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.index = None
+        self.vectors = None
+
+    def refresh(self, vectors) -> None:
+        """Index every name's vector (unit rows, in self.names order) for the hard negatives."""
+        import faiss
+        import numpy as np
+
+        self.vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        self.index = faiss.IndexFlatIP(self.vectors.shape[1])
+        self.index.add(self.vectors)
+
+    def _hard_negatives(self, label: int, prototype_rows: List[int]) -> List[int]:
+        import numpy as np
+
+        query = self.vectors[prototype_rows].mean(0, keepdims=True)
+        want = self.negatives + len(self.rows_of[label])
+        _, rows = self.index.search(np.ascontiguousarray(query, dtype=np.float32), min(want, len(self.names)))
+        return [int(r) for r in rows[0] if r >= 0 and self.name_label[r] != label][: self.negatives]
+
+    def __getitem__(self, index: int) -> Tuple[List[str], torch.Tensor]:
+        if self.index is None:
+            raise RuntimeError("PrototypeBatches.refresh must index the names before the first batch.")
+        epoch, position = divmod(index, self.per_epoch)
+        order = torch.randperm(self.n_concepts, generator=torch.Generator().manual_seed(self.seed * 100003 + epoch))
+        chosen = order[position * self.concepts : (position + 1) * self.concepts][self.rank :: self.world_size].tolist()
+        draw = torch.Generator().manual_seed(self.seed * 7919 + index)
+        rows: List[int] = []
+        for label in chosen:
+            own = self.rows_of[label]
+            shuffled = [own[i] for i in torch.randperm(len(own), generator=draw).tolist()]
+            prototype_rows = shuffled[: self.prototypes]
+            others = shuffled[self.prototypes :] or shuffled  # prefer the other synonyms
+            picks = torch.randint(len(others), (max(0, self.positives - len(others)),), generator=draw).tolist()
+            positive_rows = (others + [others[i] for i in picks])[: self.positives]
+            rows += prototype_rows + positive_rows + self._hard_negatives(label, prototype_rows)
+        return [self.names[r] for r in rows], torch.tensor([self.name_label[r] for r in rows])
+
+    def record(self) -> dict:
+        return {"n_concepts": self.n_concepts, "n_names": len(self.names), "concepts_per_batch": self.concepts,
+                "prototypes": self.prototypes, "positives": self.positives, "hard_negatives": self.negatives}

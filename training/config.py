@@ -145,6 +145,8 @@ class TrainConfig:
             raise TrainingConfigError(f"{where}: [model] adapter must be \"\" or lora, not {self.model.adapter!r}.")
         if self.model.adapter and not 0 < self.model.adapter_fraction < 1:
             raise TrainingConfigError(f"{where}: [model] adapter_fraction must lie between 0 and 1, not {self.model.adapter_fraction}.")
+        if self.objective.batch_source not in ("pairs", "prototypes"):
+            raise TrainingConfigError(f"{where}: [objective] batch_source must be pairs or prototypes, not {self.objective.batch_source!r}.")
         if self.model.pooling not in POOLINGS + ("auto",):
             raise TrainingConfigError(f"{where}: [model] pooling must be one of {', '.join(POOLINGS)} or auto, not {self.model.pooling!r}.")
         if self.training.amp not in AMP_MODES:

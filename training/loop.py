@@ -35,7 +35,7 @@ from spacy_sapbert.encoder import load_transformer, pool, resolve_device
 from spacy_sapbert.encoding import SPARSE_FILE, TEACHER_FILE, detect_pooling
 from spacy_sapbert.kb import PathLike
 
-from .batches import PairBatches, QueryBatches
+from .batches import PairBatches, PrototypeBatches, QueryBatches
 from .checkpoint import (
     CHECKPOINT_DIR, METRICS_FILE, check_resumable, intact_checkpoint, latest_checkpoint, rng_state, save_model,
     set_rng_state, trim_metrics, write_checkpoint,
@@ -131,14 +131,14 @@ class _Run:
     device: torch.device
     encoder: PairEncoder
     tokenizer: object
-    batches: Union[PairBatches, QueryBatches]
+    batches: Union[PairBatches, PrototypeBatches, QueryBatches]
     objective: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     scaler: torch.amp.GradScaler
     amp_dtype: Optional[torch.dtype]
     max_steps: int
-    refresh: int  # re-embed the keys every this many steps (symmetric training; 0: never)
+    refresh: int  # re-embed keys or hard-negative names every this many steps (0: never)
     step: int = 0
     model: Optional[torch.nn.Module] = None  # the encoder as it runs: compiled, under DDP
 
@@ -189,7 +189,7 @@ class Trainer:
             trim_metrics(self.output, run.step)
         run.model = self._wrap(run.encoder, device)
         if run.refresh:  # keys as the model of this step embeds them; exact on resume when save_every is a multiple
-            self._refresh_keys(run)
+            self._refresh(run)
         return self._loop(run)
 
     def _loop(self, run: _Run) -> Path:
@@ -241,7 +241,7 @@ class Trainer:
         run.optimizer.zero_grad(set_to_none=True)
         run.step += 1
         if run.refresh and run.step % run.refresh == 0 and run.step < run.max_steps:
-            self._refresh_keys(run)
+            self._refresh(run)
         return sum(losses) / len(losses), found
 
     def _micro_step(self, run: _Run, index: int, sync: bool) -> Tuple[float, int]:
@@ -287,8 +287,16 @@ class Trainer:
         return _Run(
             device, encoder, tokenizer, batches, objective, optimizer, scheduler,
             scaler=torch.amp.GradScaler("cuda", enabled=needs_scaler), amp_dtype=amp_dtype, max_steps=max_steps,
-            refresh=cfg.objective.refresh_keys_every if isinstance(batches, QueryBatches) else 0,
+            refresh=self._refresh_every(batches),
         )
+
+    def _refresh_every(self, batches) -> int:
+        """Steps between re-embeddings (0: never): the keys' for symmetric training, the hard
+        negatives' index for prototype batches (at least once an epoch)."""
+        objective = self.config.objective
+        if isinstance(batches, PrototypeBatches):
+            return objective.negatives_refresh_every or batches.per_epoch
+        return objective.refresh_keys_every if isinstance(batches, QueryBatches) else 0
 
     def _load_model(self, source: PathLike):
         try:
@@ -377,7 +385,12 @@ class Trainer:
             pairs = read_pairs(self.pairs_path)
             if not pairs:
                 raise TrainingConfigError(f"{self.pairs_path} holds no pairs; build them with `python -m training.pairs`.")
-            batches = PairBatches(pairs, run.batch_size, run.seed, self.dist.rank, self.dist.world_size)
+            o = cfg.objective
+            if o.batch_source == "prototypes":
+                batches = PrototypeBatches(pairs, o.concepts_per_batch, o.prototypes, o.positives, o.hard_negatives,
+                                           run.seed, o.prototype_pool, self.dist.rank, self.dist.world_size)
+            else:
+                batches = PairBatches(pairs, run.batch_size, run.seed, self.dist.rank, self.dist.world_size)
             return batches, SelfAlignmentObjective(cfg.objective, batches.concept_ids)
         keysets = [read_keyset(folder) for folder, _ in self.keys]
         if not cfg.objective.refresh_keys_every:  # symmetric training embeds its own keys: it answers to itself
@@ -411,22 +424,30 @@ class Trainer:
         return {"teacher": model, "fingerprint": fingerprint}
 
     @torch.no_grad()
-    def _refresh_keys(self, run: _Run) -> None:
-        """Re-embed every key set's names with the model as it is now (symmetric training)."""
+    def _embed(self, run: _Run, names: Sequence[str]) -> torch.Tensor:
+        """Unit vectors of `names` from the model as it is now, in eval mode."""
         from spacy_sapbert.encoding import length_sorted_batches
 
         encoder, device = run.encoder, run.device
         was_training = encoder.training
         encoder.eval()
-        for which, keys in enumerate(run.batches.keysets):
-            vectors = torch.zeros(len(keys.names), keys.vectors.shape[1], device=device)
-            for rows, texts in length_sorted_batches(keys.names, 256):
-                tokens = run.tokenizer(texts, padding=True, truncation=True, max_length=self.config.model.max_length,
-                                       return_tensors="pt").to(device)
-                vectors[torch.as_tensor(rows, device=device)] = torch.nn.functional.normalize(
-                    encoder(tokens["input_ids"], tokens["attention_mask"]).float(), dim=-1)
-            run.objective.keysets[which] = vectors
+        vectors = torch.zeros(len(names), encoder.model.config.hidden_size, device=device)
+        for rows, texts in length_sorted_batches(names, 256):
+            tokens = run.tokenizer(texts, padding=True, truncation=True, max_length=self.config.model.max_length,
+                                   return_tensors="pt").to(device)
+            vectors[torch.as_tensor(rows, device=device)] = torch.nn.functional.normalize(
+                encoder(tokens["input_ids"], tokens["attention_mask"]).float(), dim=-1)
         encoder.train(was_training)
+        return vectors
+
+    def _refresh(self, run: _Run) -> None:
+        """Re-embed with the model as it is now: every key set's names (symmetric training), or
+        the names the prototype batches mine their hard negatives from."""
+        if isinstance(run.batches, PrototypeBatches):
+            run.batches.refresh(self._embed(run, run.batches.names).cpu().numpy())
+            return
+        for which, keys in enumerate(run.batches.keysets):
+            run.objective.keysets[which] = self._embed(run, keys.names)
 
     def _out_of_time(self, elapsed: float, device: torch.device) -> bool:
         """Whether max_minutes is spent; under DDP every process takes rank 0's answer."""
@@ -493,15 +514,20 @@ class Trainer:
         save_model(run.encoder, run.tokenizer, final, records=self._records())
         device, batches = run.device, run.batches
         hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+        on_pairs = isinstance(batches, (PairBatches, PrototypeBatches))
         data = ({"pairs": str(self.pairs_path), "pairs_sha256": file_sha256(self.pairs_path)}
-                if isinstance(batches, PairBatches) else {"keys": self._key_names(), "teacher": self.teacher})
+                if on_pairs else {"keys": self._key_names(), "teacher": self.teacher})
+        if isinstance(batches, PrototypeBatches):
+            o = self.config.objective
+            per_batch = batches.concepts * (o.prototypes + o.positives + o.hard_negatives)
+        else:
+            per_batch = (2 if on_pairs else 1) * self.config.training.batch_size * self.dist.world_size
         record = {
             "base_model": self.config.model.name_or_path,
             **data,
             **batches.record(),
             "steps": run.step,
-            "names_per_step": (2 if isinstance(batches, PairBatches) else 1)
-            * self.config.training.batch_size * self.config.training.grad_accum * self.dist.world_size,
+            "names_per_step": per_batch * self.config.training.grad_accum,
             "wall_seconds": round(wall, 1),
             "hardware": f"{self.dist.world_size} × {hardware} ({device.type})",
             "torch": torch.__version__,

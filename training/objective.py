@@ -47,6 +47,10 @@ class ObjectiveConfig:
         cosine (the keys' names fitted), starting from this weight (0: dense only).
     learn_sparse_weight: train the weight jointly, as BioSyn does, at its own rate
         sparse_weight_lr (at the encoder's, one scalar would hardly move).
+    batch_source: "pairs" (synonym pairs, SapBERT's batches) or "prototypes" (CODER++'s:
+        batches.PrototypeBatches, with concepts_per_batch, prototypes, positives, hard_negatives
+        from a FAISS index of every name that the model rebuilds every negatives_refresh_every
+        steps, 0 once an epoch; prototype_pool keeps that many concepts, 0 all).
     """
 
     loss: str = "multi_similarity"
@@ -67,6 +71,13 @@ class ObjectiveConfig:
     sparse_weight: float = 0.0
     learn_sparse_weight: bool = True
     sparse_weight_lr: float = 0.001
+    batch_source: str = "pairs"
+    concepts_per_batch: int = 4
+    prototypes: int = 2
+    positives: int = 20
+    hard_negatives: int = 30
+    negatives_refresh_every: int = 0
+    prototype_pool: int = 0
 
 
 class SplitMarginMultiSimilarityLoss(losses.MultiSimilarityLoss):
