@@ -11,7 +11,7 @@ sample, filled chunk by chunk: the streamed build's path) in its own process, sa
 searched with the distinct NCBI + BC5CDR dev mentions (int8, as the pipe encodes them). Prints
 size, build time, peak RSS of build and search, ms/query and recall@10 of concepts.
 
-    python benchmarks/bench_umls_scale.py --index runs/umls-sim/exact [--rows 4000000] [--types hnsw-sq8,ivfpq]
+    python benchmarks/bench_umls_scale.py --index runs/umls-sim/exact [--rows 4000000] [--types hnsw-sq8,ivfpq] [--ef-search 256,512]
 """
 import argparse
 import json
@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -75,9 +76,9 @@ def exact_truth(vectors: np.ndarray, queries: np.ndarray, row_concepts: np.ndarr
     return top_concepts(best_scores, best_rows, row_concepts)
 
 
-def child(vector_file: Path, index_type: str, queries_file: Path, saved: Path) -> dict:
-    """Build `index_type` from the memory-mapped rows, save it, then search it: one process, so
-    its peak RSS is the build's (and the search's, reported apart after a reload)."""
+def child(vector_file: Path, index_type: str, queries_file: Path, saved: Path, ef_search: Sequence[int]) -> dict:
+    """Build `index_type` from the rows on disk, save it, then search it (for a graph, at each
+    efSearch): one process, so its peak RSS is the build's."""
     import faiss
 
     from bench_indexes import peak_rss_mb
@@ -91,15 +92,17 @@ def child(vector_file: Path, index_type: str, queries_file: Path, saved: Path) -
     build = time.perf_counter() - start
     build_rss = peak_rss_mb()
     faiss.write_index(index, str(saved))
-    del index
-    index = faiss.read_index(str(saved))
     queries = np.load(queries_file)
-    start = time.perf_counter()
-    scores, rows = index.search(queries, ROWS_FETCHED, params=_search_params(index, None))
-    search = time.perf_counter() - start
-    np.save(saved.with_suffix(".rows.npy"), rows)
-    np.save(saved.with_suffix(".scores.npy"), scores)
-    return {"build_s": build, "build_peak_rss_mb": build_rss, "ms_per_query": 1000 * search / len(queries),
+    searches = {}
+    graph = isinstance(faiss.downcast_index(index), faiss.IndexHNSW)
+    for ef in (ef_search if graph else [0]):
+        params = faiss.SearchParametersHNSW(efSearch=ef) if graph else _search_params(index, None)
+        start = time.perf_counter()
+        scores, rows = index.search(queries, ROWS_FETCHED, params=params)
+        searches[ef] = 1000 * (time.perf_counter() - start) / len(queries)
+        np.save(saved.with_suffix(f".ef{ef}.rows.npy"), rows)
+        np.save(saved.with_suffix(f".ef{ef}.scores.npy"), scores)
+    return {"build_s": build, "build_peak_rss_mb": build_rss, "ms_per_query": searches,
             "size_mb": saved.stat().st_size / 1e6}
 
 
@@ -110,11 +113,13 @@ def main():
     parser.add_argument("--types", default="hnsw-sq8,ivfpq")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--work", type=Path, help="folder for the synthetic rows (6 GB at 4M; default: a temporary one)")
+    parser.add_argument("--ef-search", default="256,512", help="efSearch values to search a graph index with")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         vector_file, index_type, queries_file, saved = args.child
-        print(json.dumps(child(Path(vector_file), index_type, Path(queries_file), Path(saved))))
+        ef_search = [int(e) for e in args.ef_search.split(",")]
+        print(json.dumps(child(Path(vector_file), index_type, Path(queries_file), Path(saved), ef_search)))
         return
     from bench_indexes import queries
 
@@ -127,23 +132,23 @@ def main():
         start = time.perf_counter()
         truth = exact_truth(np.load(tmp / "rows.npy", mmap_mode="r"), np.load(query_file), row_concepts)
         print(f"exact search, streamed: {1000 * (time.perf_counter() - start) / len(truth):.1f} ms/query", flush=True)
-        results = []
         for index_type in [t.strip() for t in args.types.split(",") if t.strip()]:
             saved = tmp / f"{index_type}.faiss"
-            cmd = [sys.executable, __file__, "--index", str(args.index), "--child", str(tmp / "rows.npy"), index_type,
-                   str(query_file), str(saved)]
+            cmd = [sys.executable, __file__, "--index", str(args.index), "--ef-search", args.ef_search,
+                   "--child", str(tmp / "rows.npy"), index_type, str(query_file), str(saved)]
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode:
                 print(f"{index_type}: failed: {out.stderr.strip().splitlines()[-1]}")
                 continue
             result = json.loads(out.stdout.strip().splitlines()[-1])
-            found = top_concepts(np.load(saved.with_suffix(".scores.npy")), np.load(saved.with_suffix(".rows.npy")),
-                                 row_concepts)
-            result["recall@10"] = float(np.mean([len(t & f) / max(1, len(t)) for t, f in zip(truth, found)]))
-            results.append((index_type, result))
-            print(f"{index_type:10} {result['size_mb']:8.0f} MB  build {result['build_s']:7.0f} s  "
-                  f"build peak RSS {result['build_peak_rss_mb']:6.0f} MB  {result['ms_per_query']:7.3f} ms/query  "
-                  f"recall@10 {result['recall@10']:.4f}", flush=True)
+            for ef, ms in result["ms_per_query"].items():
+                found = top_concepts(np.load(saved.with_suffix(f".ef{ef}.scores.npy")),
+                                     np.load(saved.with_suffix(f".ef{ef}.rows.npy")), row_concepts)
+                recall = float(np.mean([len(t & f) / max(1, len(t)) for t, f in zip(truth, found)]))
+                label = f"{index_type} efSearch {ef}" if ef != "0" else index_type
+                print(f"{label:22} {result['size_mb']:8.0f} MB  build {result['build_s']:7.0f} s  "
+                      f"build peak RSS {result['build_peak_rss_mb']:6.0f} MB  {ms:7.3f} ms/query  "
+                      f"recall@10 {recall:.4f}", flush=True)
     print(f"\n{args.rows:,} rows ({len(truth)} distinct NCBI + BC5CDR dev mentions, int8); recall@10 of concepts "
           "against exact search over the same rows")
 

@@ -54,7 +54,7 @@ def test_long_empty_and_unicode_texts(tiny_encoder):
 def test_errors(tiny_model, tmp_path):
     with pytest.raises(EncoderError, match=r"Unknown pooling 'max'; use one of cls, mean"):
         TorchEncoder(tiny_model, pooling="max")
-    with pytest.raises(EncoderError, match=r"has no config.json, so it is not a Hugging Face model directory"):
+    with pytest.raises(EncoderError, match=r"has no config.json \(nor adapter_config.json\), so it is not a Hugging Face model directory"):
         TorchEncoder(tmp_path)
     with pytest.raises(EncoderError, match=r"Unknown device 'tpu'"):
         TorchEncoder(tiny_model, device="tpu")
