@@ -107,3 +107,17 @@ def _kb_and_encoder(kb_file, model):
     from spacy_sapbert.kb_formats import load_kb
 
     return load_kb(kb_file, "jsonl"), TorchEncoder(model)
+
+
+def test_a_graph_index_keeps_the_ef_search_it_is_given(tiny_index_dir, tmp_path):
+    import faiss
+
+    from spacy_sapbert.index import ConceptIndexError
+
+    result = CliRunner().invoke(app, ["convert-index", str(tiny_index_dir), str(tmp_path / "graph"),
+                                      "--index-type", "hnsw-sq8", "--ef-search", "1024"])
+    assert result.exit_code == 0, result.output
+    graph = faiss.downcast_index(ConceptIndex.load(tmp_path / "graph").index)
+    assert graph.hnsw.efSearch == 1024
+    with pytest.raises(ConceptIndexError, match="hnsw index types"):
+        ConceptIndex.load(tiny_index_dir).set_ef_search(512)
