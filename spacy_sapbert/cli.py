@@ -63,6 +63,21 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progre
         hf_logging.disable_progress_bar()
 
 
+def _label_types_option(label_types: Optional[str], format: "KBFormat") -> dict:
+    """build-index's --label-types, parsed and checked (MeSH's default map for a mesh KB)."""
+    from .index import check_label_types
+
+    try:
+        mapping = json.loads(label_types) if label_types else (MESH_LABEL_TYPES if format == KBFormat.mesh else {})
+    except json.JSONDecodeError as err:
+        _fail(ValueError(f"--label-types is not valid JSON ({err.msg}); give e.g. '{{\"Disease\": [\"C\"]}}'."))
+    try:
+        check_label_types(mapping, "--label-types")
+    except _user_errors() as err:
+        _fail(err)
+    return mapping
+
+
 @app.command("build-index")
 def build_index(
     kb: Path = typer.Option(..., "--kb", help="Knowledge-base file (MRCONSO.RRF for umls)."),
@@ -91,7 +106,7 @@ def build_index(
     The vectors stream to --work-dir chunk by chunk, so a KB with more names than fit in memory
     as float32 builds, and a killed build resumes from its last chunk when run again."""
     from .assets import resolve_model
-    from .index import ConceptIndex, check_label_types
+    from .index import ConceptIndex
     from .resources import load_encoder
     from .kb_formats import load_kb
 
@@ -100,14 +115,7 @@ def build_index(
         kwargs = {"supplementary": supplementary, "tree_prefixes": trees.split(",") if trees else None}
     elif format == KBFormat.umls:
         kwargs = {"mrsty": mrsty, "sources": sources.split(",") if sources else None}
-    try:
-        mapping = json.loads(label_types) if label_types else (MESH_LABEL_TYPES if format == KBFormat.mesh else {})
-    except json.JSONDecodeError as err:
-        _fail(ValueError(f"--label-types is not valid JSON ({err.msg}); give e.g. '{{\"Disease\": [\"C\"]}}'."))
-    try:
-        check_label_types(mapping, "--label-types")
-    except _user_errors() as err:
-        _fail(err)
+    mapping = _label_types_option(label_types, format)
     try:
         knowledge_base = load_kb(kb, format.value, **kwargs)
         msg.info(f"{kb}: {len(knowledge_base)} concepts, {knowledge_base.n_names} names")
