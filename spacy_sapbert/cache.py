@@ -46,6 +46,18 @@ def write_to_cache(target: Path, write: Callable[[Path], object]) -> Path:
     return target
 
 
+def replace_file(target: Path, write: Callable[[Path], object]) -> None:
+    """Have `write` fill a staging file beside `target` (hidden, ending ".part"), then rename it
+    over `target` in one step, so a killed writer never leaves half a file there."""
+    staging = target.with_name(f".{target.name}.{os.getpid()}.part")
+    try:
+        write(staging)
+        os.replace(staging, target)
+    finally:
+        if staging.exists():
+            staging.unlink()
+
+
 def _unwritable(err: OSError) -> str:
     return (f"Cannot write the cache in {cache_dir()} ({err.strerror or err}); free space there or set "
             "SPACY_SAPBERT_CACHE to a writable folder.")

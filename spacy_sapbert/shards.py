@@ -12,9 +12,9 @@ import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
-from .cache import file_sha256, lines_sha256
+from .cache import file_sha256, lines_sha256, replace_file
 
 RECORDS = "_shards"
 OUTPUT_FORMATS = ("jsonl", "parquet")
@@ -185,16 +185,6 @@ def shard_is_complete(out_dir: Path, shard: Shard, settings: LinkSettings) -> bo
         return False
 
 
-def _replace_atomically(target: Path, write: Callable[[Path], None]) -> None:
-    staging = target.with_name(f".{target.name}.{os.getpid()}.part")
-    try:
-        write(staging)
-        os.replace(staging, target)
-    finally:
-        if staging.exists():
-            staging.unlink()
-
-
 def parquet_modules():
     try:
         import pyarrow
@@ -249,12 +239,12 @@ class ShardLinker:
         records = parse_records(lines, shard.source, self.settings.input_format, shard.start + 1)
         linked = list(self.link_records(records))
         output = _output_path(self.out_dir, shard, self.settings)
-        _replace_atomically(output, lambda path: _write_output(path, linked, self.settings.output_format))
+        replace_file(output, lambda path: _write_output(path, linked, self.settings.output_format))
         record = {"settings": self.settings.digest(), "source": shard.source, "start": shard.start,
                   "n_lines": shard.n_lines, "input_sha256": lines_sha256(lines),
                   "output_sha256": file_sha256(output), "documents": len(linked),
                   "mentions": sum(len(r["entities"]) for r in linked)}
-        _replace_atomically(_record_path(self.out_dir, shard),
+        replace_file(_record_path(self.out_dir, shard),
                             lambda path: path.write_text(json.dumps(record, indent=1), encoding="utf-8"))
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         return ShardResult(shard.name, len(linked), record["mentions"], time.perf_counter() - start, peak, os.getpid())

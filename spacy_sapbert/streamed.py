@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
-from .cache import lines_sha256
+from .cache import lines_sha256, replace_file
 
 if TYPE_CHECKING:
     from .encoding import Encoder
@@ -25,12 +25,6 @@ logger = logging.getLogger(__name__)
 VECTORS_FILE = "vectors.npy"
 PROGRESS_FILE = "progress.json"
 CHUNK_SIZE = 65_536
-
-
-def _write_progress(path: Path, progress: dict) -> None:
-    staging = path.with_name(f".{path.name}.{os.getpid()}")
-    staging.write_text(json.dumps(progress, indent=1), encoding="utf-8")
-    os.replace(staging, path)
 
 
 def _resumable(work_dir: Path, wanted: dict) -> int:
@@ -134,7 +128,8 @@ def encode_to_disk(names: Sequence[str], encoder: "Encoder", work_dir: Path, chu
                 handle.write(np.ascontiguousarray(encoder.encode(block, show_progress=False), dtype="<f4").tobytes())
                 handle.flush()
                 os.fsync(handle.fileno())
-                _write_progress(work_dir / PROGRESS_FILE, {**wanted, "chunks_done": chunk + 1})
+                progress = json.dumps({**wanted, "chunks_done": chunk + 1}, indent=1)
+                replace_file(work_dir / PROGRESS_FILE, lambda path: path.write_text(progress, encoding="utf-8"))
                 bar.update(len(block))
     finally:
         bar.close()
