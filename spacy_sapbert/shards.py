@@ -6,6 +6,7 @@ once, links a shard, writes it under a staging name and renames it, then records
 settings: shard_is_complete reads that record back."""
 import glob
 import hashlib
+import itertools
 import json
 import os
 import resource
@@ -94,21 +95,24 @@ class LinkSettings:
 
 @dataclass(frozen=True)
 class Shard:
-    """Lines [start, start + n_lines) of `source` (0-based), written as OUT_DIR/`name`.EXT."""
+    """Lines [start, start + n_lines) of `source` (0-based), beginning at byte `offset`,
+    written as OUT_DIR/`name`.EXT."""
 
     source: str
     start: int
     n_lines: int
     name: str
+    offset: int = 0
 
     def read_lines(self) -> List[str]:
         with open(self.source, "rb") as handle:
-            raw = [line for _, line in zip(range(self.start + self.n_lines), handle)][self.start:]
+            handle.seek(self.offset)
+            raw = list(itertools.islice(handle, self.n_lines))
         try:
             lines = [line.decode("utf-8") for line in raw]
         except UnicodeDecodeError as err:
             raise CorpusError(f"{self.source}: is not valid UTF-8 ({err.reason}); re-encode it as UTF-8.") from None
-        if self.start == 0 and lines:
+        if self.offset == 0 and lines:
             lines[0] = lines[0].lstrip("\ufeff")
         return [line.rstrip("\r\n") for line in lines]
 
@@ -136,13 +140,20 @@ def input_files(pattern: str) -> List[Path]:
     return files
 
 
-def _count_lines(path: Path) -> int:
-    count, last = 0, b"\n"
+def _shard_offsets(path: Path, every: int) -> Tuple[int, List[int]]:
+    """(the file's line count, the byte offset where each run of `every` lines begins), in one
+    pass over its bytes, so a shard is read by seeking rather than by reading all before it."""
+    import numpy as np
+
+    starts, count, position, last = [0], 0, 0, b"\n"
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
-            count += block.count(b"\n")
-            last = block[-1:]
-    return count + (last != b"\n")
+            newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == ord("\n"))
+            lines_ended = count + 1 + np.arange(len(newlines))
+            starts += (position + newlines[lines_ended % every == 0] + 1).tolist()
+            count, position, last = count + len(newlines), position + len(block), block[-1:]
+    n_lines = count + (last != b"\n")
+    return n_lines, starts[: -(-n_lines // every)]
 
 
 def plan_shards(files: Sequence[Path], docs_per_shard: int) -> List[Shard]:
@@ -158,9 +169,9 @@ def plan_shards(files: Sequence[Path], docs_per_shard: int) -> List[Shard]:
             raise CorpusError(f"--input: {seen[stem]} and {path} would write the same output shards "
                               f"({stem}.*); rename one of them.")
         seen[stem] = path
-        n_lines = _count_lines(path)
-        for number, start in enumerate(range(0, n_lines, docs_per_shard)):
-            shards.append(Shard(str(path), start, min(docs_per_shard, n_lines - start), f"{stem}.{number:05d}"))
+        n_lines, offsets = _shard_offsets(path, docs_per_shard)
+        for number, (start, offset) in enumerate(zip(range(0, n_lines, docs_per_shard), offsets)):
+            shards.append(Shard(str(path), start, min(docs_per_shard, n_lines - start), f"{stem}.{number:05d}", offset))
     return shards
 
 
