@@ -13,10 +13,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from spacy.lang.en.stop_words import STOP_WORDS
 
+from .encoding import mention_of
 from .kb import name_key
 from .ranking import Candidates
 
-# A mention to link: its text, and the type prefixes its concepts must have (() for any).
+# A mention to link: its text, and the type prefixes its concepts must have (() for any). For
+# a contextual model the text is the mention in its window (encoding.in_window): the window is
+# encoded, the mention between the markers matched and scored by characters.
 Mention = Tuple[str, Tuple[str, ...]]
 
 
@@ -147,13 +150,13 @@ class CandidateGenerator:
         exact names and the search."""
         found: Dict[Mention, Candidates] = {}
         for mention in distinct:
-            if self.content_rule and not has_content(mention[0]):
+            if self.content_rule and not has_content(mention_of(mention[0])):
                 found[mention] = []
             elif mention in self._cache:
                 self._cache.move_to_end(mention)
                 found[mention] = self._cache[mention]
             elif self.settings.exact_match:
-                exact = self._exact(*mention)
+                exact = self._exact(mention_of(mention[0]), mention[1])
                 if exact:
                     found[mention] = exact
         missing = [mention for mention in distinct if mention not in found]
@@ -180,7 +183,8 @@ class CandidateGenerator:
                 from .sparse import HYBRID_ROWS
 
                 results = self.index.search(query, k=self.settings.k, type_prefixes=types or None,
-                                            rescore=self.hybrid.for_texts(group), min_rows=HYBRID_ROWS)
+                                            rescore=self.hybrid.for_texts([mention_of(t) for t in group]),
+                                            min_rows=HYBRID_ROWS)
             found.update(((text, types), candidates) for text, candidates in zip(group, results))
         return found
 

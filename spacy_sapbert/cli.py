@@ -85,7 +85,7 @@ def build_index(
     output: Path = typer.Option(..., "--output", help="Directory to write the index to."),
     model: str = typer.Option(DEFAULT, "--model", help="Model directory or Hugging Face name."),
     index_type: IndexType = typer.Option(IndexType.flat, "--index-type", help="FAISS index type."),
-    pooling: str = typer.Option("auto", "--pooling", help="cls, mean, or auto (the model's own)."),
+    pooling: str = typer.Option("auto", "--pooling", help="cls, mean, mention (a contextual model's), or auto (the model's own)."),
     max_length: int = typer.Option(25, "--max-length", help="Tokens per name."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
     batch_size: int = typer.Option(256, "--batch-size", help="Names per forward pass."),
@@ -279,7 +279,7 @@ def export_onnx_command(
     output: Path = typer.Argument(..., help="Directory to write the ONNX encoder to."),
     model: str = typer.Option(DEFAULT, "--model", help="Model directory (default: the bundled default model)."),
     precision: Precision = typer.Option(Precision.int8, "--precision", help="int8 (quantised weights) or fp32."),
-    pooling: str = typer.Option("auto", "--pooling", help="cls, mean, or auto (the model's own)."),
+    pooling: str = typer.Option("auto", "--pooling", help="cls, mean, mention (a contextual model's), or auto (the model's own)."),
     max_length: int = typer.Option(25, "--max-length", help="Tokens per mention."),
 ):
     """Export a model to ONNX for fast CPU linking; pass the directory as the linker's `model`."""

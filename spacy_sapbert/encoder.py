@@ -5,14 +5,15 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
 from .encoding import (
-    MAX_LENGTH, POOLING_FILE, POOLINGS, TEACHER_FILE, EncoderError, detect_pooling, length_sorted_batches,
+    MAX_LENGTH, MENTION_END, MENTION_START, POOLING_FILE, POOLINGS, TEACHER_FILE, EncoderError, context_max_length,
+    detect_pooling, length_sorted_batches, recorded_context,
 )
 
 logger = logging.getLogger(__name__)
@@ -93,13 +94,41 @@ def merged_adapter(source: Union[str, Path]) -> torch.nn.Module:
     return PeftModel.from_pretrained(model, str(source)).merge_and_unload()
 
 
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """One vector per text from the last hidden states: the [CLS] token's ("cls") or the mean
-    of the real tokens' ("mean"). Training uses it too, so a model links as it was trained."""
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str,
+         input_ids: Optional[torch.Tensor] = None, markers: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+    """One vector per text from the last hidden states: the [CLS] token's ("cls"), the mean
+    of the real tokens' ("mean"), or the mean of the tokens between the `markers` ids
+    ([Ms], [Me]) in `input_ids` ("mention"; a text without them: the mean of all). Training uses
+    it too, so a model links as it was trained."""
     if pooling == "cls":
         return hidden[:, 0]
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    weights = attention_mask.to(hidden.dtype)
+    if pooling == "mention":
+        weights = mention_mask(input_ids, weights, markers)
+    mask = weights.unsqueeze(-1)
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+def mention_mask(input_ids: torch.Tensor, attention: torch.Tensor, markers: Tuple[int, int]) -> torch.Tensor:
+    """1.0 on the tokens strictly between a row's first start marker and the end marker after
+    it; a row with no token there keeps `attention` (every real token). In arithmetic, not
+    boolean ops: ONNX Runtime's CPU kernels have no Where over booleans."""
+    start = (input_ids == markers[0]).long()
+    end = (input_ids == markers[1]).long()
+    inside = ((start.cumsum(1) - start) > 0).to(attention.dtype) * (end.cumsum(1) == 0).to(attention.dtype) * attention
+    empty = (inside.sum(1, keepdim=True) == 0).to(attention.dtype)
+    return inside + empty * attention
+
+
+def marker_ids(tokenizer) -> Tuple[int, int]:
+    """The ids of the mention markers in `tokenizer` (added by training on contexts)."""
+    ids = tokenizer.convert_tokens_to_ids([MENTION_START, MENTION_END])
+    if tokenizer.unk_token_id in ids or None in ids:
+        raise EncoderError(f"The tokenizer has no {MENTION_START} and {MENTION_END} tokens, which \"mention\" pooling "
+                           "needs; train the model on contexts (training.contexts) first, or use mean pooling.")
+    return tuple(ids)
+
+
 DEVICES = ("cpu", "cuda", "auto")
 
 
@@ -158,7 +187,8 @@ class TorchEncoder:
             raise EncoderError(f"max_length must be at least 2 tokens, not {max_length}.")
         self.name_or_path = str(model)
         self.pooling = pooling
-        self.max_length = max_length
+        self.context = recorded_context(local) if local.exists() else None
+        self.max_length = context_max_length(local, max_length) if local.exists() else max_length
         self.batch_size = batch_size
         self.device = resolve_device(device)
         if local.exists() and not (local / "config.json").exists() and not (local / ADAPTER_FILE).exists():
@@ -175,6 +205,7 @@ class TorchEncoder:
                 "model directory, or a Hugging Face name when the hub is reachable."
             ) from None
         self.model.eval()
+        self.markers = marker_ids(self.tokenizer) if pooling == "mention" else None
         self._fingerprint = self._compute_fingerprint()
         # A student (a distilled one, or a query encoder trained against another model's frozen
         # keys) embeds into its teacher's space: it answers to the teacher's
@@ -235,7 +266,7 @@ class TorchEncoder:
                 return_tensors="pt",
             ).to(self.device)
             hidden = self.model(**batch).last_hidden_state
-            vectors = pool(hidden, batch["attention_mask"], self.pooling).float()
+            vectors = pool(hidden, batch["attention_mask"], self.pooling, batch["input_ids"], self.markers).float()
             vectors = torch.nn.functional.normalize(vectors, dim=-1)
             out[rows] = vectors.cpu().numpy()
         return out

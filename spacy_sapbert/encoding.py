@@ -9,7 +9,11 @@ from typing import Iterator, List, Optional, Protocol, Sequence, Tuple, Union, r
 
 import numpy as np
 
-POOLINGS = ("cls", "mean")
+# "mention": the mean of the tokens between the MENTION_START and MENTION_END markers of a
+# mention in its context, or of every token of a text without them (a name): CL+KGE's
+# contextual mentions (MENTION_CONTEXT_FILE).
+POOLINGS = ("cls", "mean", "mention")
+MENTION_START, MENTION_END = "[Ms]", "[Me]"
 
 # Written beside a trained model so that `pooling="auto"` knows how it was trained.
 POOLING_FILE = "sapbert_pooling.json"
@@ -25,6 +29,11 @@ MAX_LENGTH = 25
 # Written beside a student (a query encoder trained against a model's frozen keys, a distilled
 # student): the teacher whose vector space it embeds into.
 TEACHER_FILE = "sapbert_teacher.json"
+
+# Written beside a model trained on mentions in their context ("mention" pooling): how the pipe
+# makes the text it encodes ({"window": tokens of the mention's sentence in all, "max_length":
+# wordpieces the windows were trained with}).
+MENTION_CONTEXT_FILE = "sapbert_context.json"
 
 # Written beside a model trained with BioSyn's hybrid score: the weight of its char n-gram
 # tf-idf term (score = dense cosine + sparse_weight × tf-idf cosine).
@@ -57,6 +66,56 @@ def recorded_sparse_weight(model: Union[str, Path]) -> float:
     """The hybrid score's sparse weight a model directory records (SPARSE_FILE), else 0."""
     record = Path(model).expanduser() / SPARSE_FILE
     return float(json.loads(record.read_text())["sparse_weight"]) if record.exists() else 0.0
+
+
+def recorded_context(model: Union[str, Path]) -> Optional[dict]:
+    """How a model encodes a mention in its context (MENTION_CONTEXT_FILE), or None: a mention
+    is encoded alone."""
+    record = Path(model).expanduser() / MENTION_CONTEXT_FILE
+    return json.loads(record.read_text()) if record.exists() else None
+
+
+def context_max_length(model: Union[str, Path], max_length: int) -> int:
+    """`max_length`, raised for a contextual model to the wordpieces its windows trained with:
+    a window truncated to a name's 25 tokens would lose the mention."""
+    context = recorded_context(model)
+    return max(max_length, int(context["max_length"])) if context else max_length
+
+
+def mention_of(text: str) -> str:
+    """The mention of a text in context (between the markers), or the text itself."""
+    start = text.find(MENTION_START)
+    end = text.find(MENTION_END, start + 1)
+    if start < 0 or end < 0:
+        return text
+    return text[start + len(MENTION_START) : end].strip()
+
+
+def context_nlp():
+    """What cuts the windows of training contexts and of the harness's mentions: spaCy's blank
+    English tokenizer and sentencizer (the pipe takes its documents' own tokens and sentences)."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    return nlp
+
+
+def in_window(doc, start: int, end: int, window: int, mention: Optional[str] = None) -> str:
+    """The mention doc[start:end] (or `mention`, its text as linked, an abbreviation expanded
+    say) wrapped in the markers, with tokens of its sentence each side (of the whole doc when it
+    has no sentence boundaries), `window` tokens in all counting the mention's."""
+    low, high = 0, len(doc)
+    if doc.has_annotation("SENT_START"):
+        sentence = doc[start].sent
+        low, high = sentence.start, max(sentence.end, end)
+    room = max(0, window - (end - start))
+    left = max(low, start - room // 2)
+    right = min(high, end + room - (start - left))
+    left = max(low, min(left, right - window))
+    text = doc[start:end].text if mention is None else mention
+    before, after = doc[left:start].text, doc[end:right].text
+    return " ".join(part for part in (before, MENTION_START, text, MENTION_END, after) if part)
 
 
 class EncoderError(ValueError):

@@ -19,6 +19,7 @@ from spacy.util import minibatch
 
 from .abbreviations import expand_abbreviations, follow_long_forms, long_forms
 from .candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, check_settings
+from .encoding import in_window
 from .index import ConceptIndexError, check_label_types
 from .loaders import ENCODER_CONFIG, INDEX_CONFIG, EncoderLoader, IndexLoader
 
@@ -285,7 +286,16 @@ class SapBERTLinker(Pipe):
         abbreviations = {short: form.text for short, form in forms.items()}
         types_by_label = self._types_by_label()
         link_labels = {label.lower() for label in self.labels}
-        return ents, [(expand_abbreviations(ent.text, abbreviations), types_by_label.get(ent.label_.lower(), ()))
+        context = getattr(self._loaded().encoder, "context", None)
+
+        def text(ent: Span) -> str:
+            expanded = expand_abbreviations(ent.text, abbreviations)
+            if context is None:
+                return expanded
+            # A model trained on contexts encodes the mention in its sentence, as it trained.
+            return in_window(doc, ent.start, ent.end, context["window"], expanded)
+
+        return ents, [(text(ent), types_by_label.get(ent.label_.lower(), ()))
                       if not link_labels or ent.label_.lower() in link_labels else None for ent in ents]
 
     def predict(self, docs: List[Doc]) -> List[Tuple[List[Span], List[Optional[Candidates]]]]:

@@ -35,7 +35,7 @@ class EncoderLoader:
         one) or a Hugging Face name.
     precision: "int8" (ONNX Runtime, int8 weights, fixed activation scales; CPU, no torch at link
         time; exported on first use and cached) or "fp32" (the model itself with torch; exact).
-    pooling: "cls", "mean" or "auto" (what the model directory records).
+    pooling: "cls", "mean", "mention" (a model trained on contexts) or "auto" (what the model directory records).
     max_length: tokens per mention. device: "cpu", "cuda" or "auto" (fp32 only on a GPU).
     threads: ONNX Runtime threads for int8 (0: one per physical core).
     batch_size: mentions per forward pass; they are sorted by length, so small batches pad

@@ -25,7 +25,10 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from .cache import cache_dir, cached_build
 from .cache import damaged_record, file_records, file_sha256
-from .encoding import MAX_LENGTH, PRECISIONS, PROGRESS_MIN_TEXTS, SPARSE_FILE, EncoderError
+from .encoding import (
+    MAX_LENGTH, MENTION_CONTEXT_FILE, PRECISIONS, PROGRESS_MIN_TEXTS, SPARSE_FILE, EncoderError, context_max_length,
+    recorded_context,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +111,8 @@ class OnnxEncoder:
         if pooling not in ("auto", meta["pooling"]):
             raise EncoderError(f"{path} was exported with {meta['pooling']} pooling, which is part of its "
                                f"graph, so pooling={pooling!r} cannot apply; export it again to change it.")
+        if max_length is not None:
+            max_length = context_max_length(path, max_length)
         if max_length not in (None, meta["max_length"]):
             raise EncoderError(f"{path} was exported for max_length {meta['max_length']}, not {max_length}; "
                                "export it again with the max_length you want.")
@@ -121,6 +126,7 @@ class OnnxEncoder:
         self.meta = meta
         self.name_or_path = str(path)
         self.pooling = meta["pooling"]
+        self.context = recorded_context(path)
         self.max_length = int(meta["max_length"])
         self.precision = meta["precision"]
         self.batch_size = batch_size
@@ -242,8 +248,9 @@ def export_onnx(
         # per-batch scales, vectors the same whatever the batch to 5e-8 (per-batch: 0.04).
         quantisation = static_activation_scales(output / ONNX_FILE, output / TOKENIZER_FILE, inputs,
                                                 calibration_texts(), encoder.max_length)
-    if (Path(model).expanduser() / SPARSE_FILE).exists():  # the hybrid's weight travels with the model
-        shutil.copyfile(Path(model).expanduser() / SPARSE_FILE, output / SPARSE_FILE)
+    for record in (SPARSE_FILE, MENTION_CONTEXT_FILE):  # the hybrid's weight, the context mode travel with it
+        if (Path(model).expanduser() / record).exists():
+            shutil.copyfile(Path(model).expanduser() / record, output / record)
     if not (output / TOKENIZER_FILE).exists():
         raise EncoderError(f"{model} has no fast tokenizer (tokenizer.json), which the ONNX path needs.")
     meta = {
@@ -267,20 +274,21 @@ def _export_fp32(encoder, inputs: Sequence[str], target: Path) -> Path:
     from .encoder import pool
 
     class Embed(torch.nn.Module):
-        def __init__(self, model, pooling):
+        def __init__(self, model, pooling, markers):
             super().__init__()
-            self.model, self.pooling = model, pooling
+            self.model, self.pooling, self.markers = model, pooling, markers
 
         def forward(self, *tensors):
             batch = dict(zip(inputs, tensors))
             hidden = self.model(**batch).last_hidden_state
-            return torch.nn.functional.normalize(pool(hidden, batch["attention_mask"], self.pooling), dim=-1)
+            vectors = pool(hidden, batch["attention_mask"], self.pooling, batch["input_ids"], self.markers)
+            return torch.nn.functional.normalize(vectors, dim=-1)
 
     sample = encoder.tokenizer(["lactic acidosis", "type 2 diabetes mellitus"], padding=True, return_tensors="pt")
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's notes on ops it rewrote
         torch.onnx.export(
-            Embed(encoder.model, encoder.pooling).eval(), tuple(sample[n] for n in inputs), str(target),
+            Embed(encoder.model, encoder.pooling, encoder.markers).eval(), tuple(sample[n] for n in inputs), str(target),
             input_names=list(inputs), output_names=["embeddings"],
             dynamic_axes={**{n: {0: "batch", 1: "tokens"} for n in inputs}, "embeddings": {0: "batch"}},
             opset_version=17, dynamo=False,

@@ -1,7 +1,8 @@
 """Contextual mentions' data: ontology names found in text, in [Ms] … [Me] windows."""
 import spacy
 
-from training.contexts import MENTION_END, MENTION_START, context_pairs, contexts, in_window, name_matcher
+from spacy_sapbert.encoding import MENTION_END, MENTION_START, in_window, mention_of
+from training.contexts import context_nlp, context_pairs, contexts, name_matcher
 
 
 def test_names_are_found_case_insensitively_longest_first_in_their_windows(tiny_kb):
@@ -24,3 +25,13 @@ def test_a_window_holds_the_mention_and_fills_from_both_sides():
     assert in_window(doc, 0, 1, window=4) == "[Ms] a [Me] b c d"
     assert in_window(doc, 9, 10, window=4) == "g h i [Ms] j [Me]"
     assert in_window(doc, 4, 6, window=6) == "c d [Ms] e f [Me] g h"
+
+
+def test_a_window_stays_in_the_mentions_sentence_and_takes_the_text_as_linked():
+    doc = context_nlp()("Aa bb cc. Dd ee ff gg hh. Ii jj.")
+    # "ee" is token 5; its sentence is tokens 4-9 ("Dd ee ff gg hh .").
+    assert in_window(doc, 5, 6, window=4) == "Dd [Ms] ee [Me] ff gg"
+    assert in_window(doc, 5, 6, window=20) == "Dd [Ms] ee [Me] ff gg hh."
+    window = in_window(doc, 5, 6, window=4, mention="eee expanded")
+    assert window == "Dd [Ms] eee expanded [Me] ff gg" and mention_of(window) == "eee expanded"
+    assert mention_of("no markers here") == "no markers here"

@@ -120,3 +120,18 @@ def test_the_device_script_trains_in_slices_without_spacy_and_returns_the_model(
     assert home.keys() == trained.keys()
     assert all(home[k].dtype.is_floating_point and home[k].element_size() == 2 for k in home)
     assert (tmp_path / "home" / "toy.dev.json").exists()
+
+
+def test_names_at_int8_are_embedded_by_the_int8_export_and_cached_apart(tiny_encoder, tmp_path, monkeypatch):
+    from spacy_sapbert.resources import load_encoder
+    from training.systems import EncoderSystem
+
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
+    task = toy_task()
+    names, _ = task.dictionary.name_rows()
+    exact = EncoderSystem(task.dictionary, tiny_encoder.name_or_path)
+    quantised = EncoderSystem(task.dictionary, tiny_encoder.name_or_path, precision="int8", names_precision="int8")
+    assert quantised.cache.folder.name == f"{tiny_encoder.fingerprint}-int8" != exact.cache.folder.name
+    np.testing.assert_array_equal(quantised.cache.encode(names), load_encoder(tiny_encoder.name_or_path, "int8").encode(names))
+    assert not np.array_equal(quantised.cache.encode(names), exact.cache.encode(names))
+    assert evaluate_linking(task, quantised)["n"] == 7

@@ -37,10 +37,25 @@ def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, 
                   "--vars.negatives_refresh_every=1", *overrides, cwd=project)
     spacy_project("run", "pretrain-adapter13", ".", "--vars.max_steps=2", *overrides, cwd=project)
     spacy_project("run", "pretrain-adapter1", ".", "--vars.max_steps=2", *overrides, cwd=project)
+    _write_context_pairs(project / "corpus" / "context_pairs.txt.gz", tiny_kb_file)
+    spacy_project("run", "pretrain-contextual", ".", "--vars.max_steps=2", *overrides, cwd=project)
+    assert (project / "runs" / "pretrain-contextual" / "model" / "sapbert_context.json").exists()
     for run in ("pretrain", "pretrain-ms2", "pretrain-ms3", "pretrain-kge-aligned", "pretrain-kge-injected", "pretrain-prototypes",
-                "pretrain-adapter13", "pretrain-adapter1"):
+                "pretrain-adapter13", "pretrain-adapter1", "pretrain-contextual"):
         model = project / "runs" / run / "model"
         weights = "adapter_config.json" if "adapter" in run else "config.json"
         assert (model / weights).exists() and (model / "training.json").exists()
         assert '"steps": 2' in (model / "training.json").read_text()
     assert "multi_similarity_v2" in (project / "runs" / "pretrain-ms2" / "model" / "training.json").read_text()
+
+
+def _write_context_pairs(path: Path, kb_file: Path) -> None:
+    """What `spacy project run contexts` writes from the train abstracts, from two sentences."""
+    from spacy_sapbert.kb_formats import read_jsonl
+    from training.contexts import context_nlp, context_pairs, contexts, name_matcher
+    from training.pairs import write_pairs
+
+    kb, nlp = read_jsonl(kb_file), context_nlp()
+    text = ("Patients with type 2 diabetes took metformin daily. Two developed lactic acidosis. "
+            "Metformin can cause lactic acidosis in diabetes mellitus.")
+    write_pairs(context_pairs(contexts(nlp, name_matcher(nlp, kb), [text]), kb, synonyms=2), path)

@@ -30,8 +30,10 @@ class ModelConfig:
     """The `[model]` section: which encoder to train and how it pools.
 
     name_or_path: a local model directory or a Hugging Face name.
-    pooling: "cls" ([CLS] token, SapBERT's), "mean", or "auto": what the model directory
-        records (sentence-transformers models such as all-MiniLM-L6-v2 record mean), else cls.
+    pooling: "cls" ([CLS] token, SapBERT's), "mean", "mention" (contextual mentions: the
+        [Ms] and [Me] tokens are added and a text pools the tokens between them), or "auto":
+        what the model directory records (sentence-transformers models such as
+        all-MiniLM-L6-v2 record mean), else cls.
     max_length: tokens per name; longer names are truncated.
     layers: keep only these transformer layers (indices; empty keeps all): a smaller student
         started from a trained model's layers.
@@ -42,6 +44,9 @@ class ModelConfig:
         no peft type; LoRA is the low-rank adapter peft keeps).
     adapter_fraction: the adapter's size as a fraction of the base's parameters (the paper's
         0.13 and 0.01); the LoRA rank is chosen to come nearest (training.adapters).
+    window: with "mention" pooling (contextual mentions, pairs from training.contexts), the
+        spaCy tokens of a mention's window, recorded so that the pipe makes its windows alike;
+        max_length must then hold a window's wordpieces (96).
     """
 
     name_or_path: str = ""
@@ -51,6 +56,7 @@ class ModelConfig:
     freeze: List[str] = field(default_factory=list)
     adapter: str = ""
     adapter_fraction: float = 0.01
+    window: int = 32
 
 
 @dataclass
@@ -145,6 +151,9 @@ class TrainConfig:
             raise TrainingConfigError(f"{where}: [model] adapter must be \"\" or lora, not {self.model.adapter!r}.")
         if self.model.adapter and not 0 < self.model.adapter_fraction < 1:
             raise TrainingConfigError(f"{where}: [model] adapter_fraction must lie between 0 and 1, not {self.model.adapter_fraction}.")
+        if self.model.adapter and self.model.pooling == "mention":
+            raise TrainingConfigError(f"{where}: [model] pooling \"mention\" adds marker tokens to the model, which an "
+                                      "adapter cannot train; train the model itself (adapter = \"\").")
         if self.objective.batch_source not in ("pairs", "prototypes"):
             raise TrainingConfigError(f"{where}: [objective] batch_source must be pairs or prototypes, not {self.objective.batch_source!r}.")
         if self.model.pooling not in POOLINGS + ("auto",):

@@ -4,8 +4,9 @@ of its sentence's tokens and wrapped in [Ms] … [Me] markers, paired with a syn
 The paper matched names over a 36M-word corpus; the text we may read is the train splits'
 abstracts (NCBI-disease and BC5CDR train). A name matches case-insensitively on whole spaCy
 tokens (PhraseMatcher on LOWER); overlapping matches keep the longest. Each match gives the
-pairs `cui||LEFT [Ms] MENTION [Me] RIGHT||SYNONYM`, with `window` tokens in all (the mention's
-and as many each side as fit), for the pair trainer.
+pairs `cui||LEFT [Ms] MENTION [Me] RIGHT||SYNONYM`, with `window` tokens of its sentence in all
+(the mention's and as many each side as fit; encoding.in_window, which the pipe's sentence mode
+and the harness use too), for the pair trainer.
 
     python -m training.contexts corpus/linking_kb.jsonl --output corpus/context_pairs.txt.gz
 """
@@ -16,11 +17,11 @@ from typing import Iterable, Iterator, List, Sequence, Tuple
 import typer
 from wasabi import msg
 
+from spacy_sapbert.encoding import context_nlp, in_window  # noqa: F401 (context_nlp: the tokens windows count)
 from spacy_sapbert.kb import KnowledgeBase
 
 from .pairs import Pair, distinct_names, write_pairs
 
-MENTION_START, MENTION_END = "[Ms]", "[Me]"
 WINDOW = 32
 
 
@@ -37,16 +38,6 @@ def name_matcher(nlp, kb: KnowledgeBase, min_length: int = 4):
     return matcher
 
 
-def in_window(doc, start: int, end: int, window: int = WINDOW) -> str:
-    """The mention doc[start:end] wrapped in the markers, with up to `window` tokens in all."""
-    room = max(0, window - (end - start))
-    left = max(0, start - room // 2)
-    right = min(len(doc), end + room - (start - left))
-    left = max(0, min(left, right - window))
-    before, mention, after = doc[left:start].text, doc[start:end].text, doc[end:right].text
-    return " ".join(part for part in (before, MENTION_START, mention, MENTION_END, after) if part)
-
-
 def contexts(nlp, matcher, texts: Iterable[str], window: int = WINDOW) -> Iterator[Tuple[str, str]]:
     """(concept id, text in its window) for every longest name match in `texts`."""
     from spacy.util import filter_spans
@@ -60,9 +51,18 @@ def contexts(nlp, matcher, texts: Iterable[str], window: int = WINDOW) -> Iterat
                 yield concept_id, in_window(doc, span.start, span.end, window)
 
 
-def context_pairs(found: Iterable[Tuple[str, str]], kb: KnowledgeBase, synonyms: int = 2, seed: int = 0) -> List[Pair]:
-    """Each context paired with up to `synonyms` names of its concept (seeded)."""
+def context_pairs(found: Iterable[Tuple[str, str]], kb: KnowledgeBase, synonyms: int = 2, seed: int = 0,
+                  per_concept: int = 0) -> List[Pair]:
+    """Each context paired with up to `synonyms` names of its concept (seeded); with
+    `per_concept`, at most that many contexts of a concept, drawn at random (seeded)."""
     rng = random.Random(seed)
+    found = list(found)
+    if per_concept:
+        by_concept = {}
+        for row, (concept_id, _) in enumerate(found):
+            by_concept.setdefault(concept_id, []).append(row)
+        kept = {row for rows in by_concept.values() for row in rng.sample(rows, min(per_concept, len(rows)))}
+        found = [pair for row, pair in enumerate(found) if row in kept]
     pairs = []
     for concept_id, context in found:
         names = distinct_names(kb.cui_to_entity[concept_id])
@@ -84,21 +84,24 @@ def main(
     data_dir: Path = typer.Option(None, "--data-dir", help="Folder laid out as ../shared/data."),
     window: int = typer.Option(WINDOW, "--window", help="Tokens in a context, the mention's included."),
     synonyms: int = typer.Option(2, "--synonyms", help="Synonyms paired with each context."),
+    per_concept: int = typer.Option(
+        20, "--per-concept", help="At most this many contexts of a concept (0: all): the bundled KB names "
+        "\"protein\", \"disease\" and \"common\", which would otherwise give a tenth of the contexts."),
     seed: int = typer.Option(0, "--seed"),
 ):
     """Write context pairs: names found in the train abstracts, in their windows, with synonyms."""
-    import spacy
-
     from spacy_sapbert.kb_formats import read_jsonl
 
     from .datasets import DEFAULT_DATA_DIR
 
     kb = read_jsonl(kb_path)
-    nlp = spacy.blank("en")
+    nlp = context_nlp()
     found = list(contexts(nlp, name_matcher(nlp, kb), train_abstracts(data_dir or DEFAULT_DATA_DIR), window))
-    pairs = context_pairs(found, kb, synonyms, seed)
+    pairs = context_pairs(found, kb, synonyms, seed, per_concept)
     write_pairs(pairs, output)
-    msg.good(f"Wrote {len(pairs)} pairs of {len(found)} contexts of {len({c for c, _ in found})} concepts to {output}")
+    kept = len({pair[1] for pair in pairs})
+    msg.good(f"Wrote {len(pairs)} pairs of {kept} contexts (of {len(found)} found) of {len({c for c, _ in found})} "
+             f"concepts to {output}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -45,6 +45,7 @@ class Task:
     queries: List[Query]
     dictionary: KnowledgeBase
     n_unlinkable: int = 0
+    documents: Dict[str, str] = field(default_factory=dict)  # doc id → text, for mentions in context
 
 
 def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int = 0,
@@ -74,11 +75,13 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
         dictionary = _normalised_kb(dictionary, normalise)
     additions = [(dictionary.resolve_id(concept_id) or concept_id, name)
                  for concept_id, name in dictionary_additions(training, protocol, normalise)]
-    return Task(queries, add_training_names(dictionary, additions, training_precedence), n_unlinkable)
+    documents = {} if dataset == "cadec" else {doc.doc_id: doc.text for doc in corpus.documents}
+    return Task(queries, add_training_names(dictionary, additions, training_precedence), n_unlinkable, documents)
 
 
 def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None,
-                precision: str = "fp32", index_type: str = "flat", sparse_weight: Optional[float] = None) -> LinkingSystem:
+                precision: str = "fp32", index_type: str = "flat", sparse_weight: Optional[float] = None,
+                names_precision: str = "fp32") -> LinkingSystem:
     if system == "exact":
         return ExactMatch(dictionary)
     if system == "tfidf":
@@ -87,19 +90,21 @@ def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = N
         return ScispacyLinker(dictionary)
     if system == "model":
         return EncoderSystem(dictionary, model or "default", precision=precision, index_type=index_type,
-                             sparse_weight=sparse_weight)
+                             sparse_weight=sparse_weight, names_precision=names_precision)
     raise ValueError(f"Unknown system {system!r}; use one of exact, tfidf, scispacy, model.")
 
 
 def evaluate_linking(task: Task, system: LinkingSystem) -> dict:
     """Rank every query part and score the rankings."""
-    texts = sorted({part for query in task.queries for part in query.parts})
+    context = getattr(system, "context", None)
+    asked = part_windows(task, context["window"]) if context else [q.parts for q in task.queries]
+    texts = sorted({part for parts in asked for part in parts})
     start = time.perf_counter()
     ranked = dict(zip(texts, system.rank(texts, k=MAX_K)))
     seconds = time.perf_counter() - start
     resolve = task.dictionary.resolve_id
     golds = [{resolve(g) or g for g in q.gold} for q in task.queries]
-    rankings = [[ranked[p] for p in q.parts] for q in task.queries]
+    rankings = [[ranked[p] for p in parts] for parts in asked]
     accuracy = accuracy_at_k(rankings, golds)
     reachable = sum(1 for gold in golds if any(g in task.dictionary.cui_to_entity for g in gold))
     return {
@@ -110,6 +115,25 @@ def evaluate_linking(task: Task, system: LinkingSystem) -> dict:
         "mentions_per_s": len(texts) / seconds if seconds else None,
         "build_seconds": system.build_seconds,
     }
+
+
+def part_windows(task: Task, window: int) -> List[List[str]]:
+    """Each query's parts as a model trained on contexts is asked them, as the pipe asks: in
+    the window of the mention's sentence (encoding.in_window over training.contexts' tokens and
+    sentences), the part in place of the mention; a mention without its document (CADEC's) in
+    an empty window."""
+    from spacy_sapbert.encoding import MENTION_END, MENTION_START, context_nlp, in_window
+
+    nlp = context_nlp()
+    wanted = sorted({q.mention.doc_id for q in task.queries if q.mention.doc_id in task.documents})
+    docs = dict(zip(wanted, nlp.pipe(task.documents[d] for d in wanted)))
+    asked = []
+    for query in task.queries:
+        doc = docs.get(query.mention.doc_id)
+        span = doc.char_span(query.mention.start, query.mention.end, alignment_mode="expand") if doc else None
+        asked.append([in_window(doc, span.start, span.end, window, part) if span is not None
+                      else f"{MENTION_START} {part} {MENTION_END}" for part in query.parts])
+    return asked
 
 
 def _vector_space(model: Optional[str]) -> EncoderSystem:
@@ -166,12 +190,15 @@ def evaluate_conceptual(dataset: str, system: str, model: Optional[str]) -> dict
 
 def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         model: Optional[str] = None, fold: int = 0, precision: str = "fp32", index_type: str = "flat",
-        training_precedence: bool = True, sparse_weight: Optional[float] = None) -> dict:
+        training_precedence: bool = True, sparse_weight: Optional[float] = None,
+        names_precision: str = "fp32") -> dict:
     """One evaluation; the metrics as a dict."""
     header = {"dataset": dataset, "split": split if dataset != "cadec" else f"fold{fold}-test",
               "system": system, "protocol": protocol, "model": model if system == "model" else None}
     if system == "model" and (precision, index_type) != ("fp32", "flat"):
         header.update(precision=precision, index_type=index_type)
+    if system == "model" and names_precision != "fp32":
+        header["names_precision"] = names_precision
     if dataset in RELATEDNESS_DATASETS:
         return {**header, "protocol": "cosine", **evaluate_relatedness(dataset, data_dir, system, model)}
     if dataset in CONCEPTUAL_DATASETS:
@@ -181,7 +208,7 @@ def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
     if sparse_weight is not None:
         header["sparse_weight"] = sparse_weight
     task = prepare(dataset, split, protocol, data_dir, fold, training_precedence)
-    system_ = make_system(system, task.dictionary, model, precision, index_type, sparse_weight)
+    system_ = make_system(system, task.dictionary, model, precision, index_type, sparse_weight, names_precision)
     return {**header, **evaluate_linking(task, system_)}
 
 
@@ -223,6 +250,9 @@ def evaluate_command(
     fold: int = typer.Option(0, "--fold", help="CADEC fold."),
     precision: str = typer.Option("fp32", "--precision", help="Mention encoding (system model): fp32, or int8 (ONNX)."),
     index_type: str = typer.Option("flat", "--index-type", help="FAISS index over the dictionary (system model)."),
+    names_precision: str = typer.Option(
+        "fp32", "--names-precision", help="Name encoding (system model): fp32 (exact), or int8, as build-index "
+        "--precision int8 embeds a KB: 5x faster for big dictionaries (BC5CDR-chemical's 542k names)."),
     training_precedence: bool = typer.Option(
         True, "--training-precedence/--no-training-precedence",
         help="Leave a name the training mentions give a concept to it (ties then follow the corpus, not row order).",
@@ -243,7 +273,7 @@ def evaluate_command(
         return
     try:
         metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold,
-                      precision, index_type, training_precedence, sparse_weight)
+                      precision, index_type, training_precedence, sparse_weight, names_precision)
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)

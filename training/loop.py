@@ -32,7 +32,9 @@ from tqdm.auto import tqdm
 
 from spacy_sapbert.cache import file_sha256
 from spacy_sapbert.encoder import load_transformer, pool, resolve_device
-from spacy_sapbert.encoding import SPARSE_FILE, TEACHER_FILE, detect_pooling
+from spacy_sapbert.encoding import (
+    MENTION_CONTEXT_FILE, MENTION_END, MENTION_START, SPARSE_FILE, TEACHER_FILE, detect_pooling,
+)
 from spacy_sapbert.kb import PathLike
 
 from .batches import PairBatches, PrototypeBatches, QueryBatches
@@ -57,10 +59,12 @@ class PairEncoder(torch.nn.Module):
     links as it trained.
     """
 
-    def __init__(self, model: torch.nn.Module, pooling: str, freeze: Sequence[str] = ()):
+    def __init__(self, model: torch.nn.Module, pooling: str, freeze: Sequence[str] = (),
+                 markers: Optional[Tuple[int, int]] = None):
         super().__init__()
         self.model = model
         self.pooling = pooling
+        self.markers = markers  # the [Ms] and [Me] ids, for "mention" pooling
         # The model's own pooler (BERT's tanh head) never sees a gradient: freezing it keeps
         # AdamW from decaying it for nothing and DDP from waiting for gradients that never come.
         frozen = ("pooler.", *freeze)
@@ -70,7 +74,17 @@ class PairEncoder(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra) -> torch.Tensor:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
-        return pool(hidden, attention_mask, self.pooling)
+        return pool(hidden, attention_mask, self.pooling, input_ids, self.markers)
+
+
+def add_markers(tokenizer, model: torch.nn.Module) -> Tuple[int, int]:
+    """Give the tokenizer the mention markers as special tokens (never split, never lower-cased)
+    and the model their embedding rows, unless a model trained on contexts has them; their ids."""
+    from spacy_sapbert.encoder import marker_ids
+
+    if tokenizer.add_tokens([MENTION_START, MENTION_END], special_tokens=True):
+        model.resize_token_embeddings(len(tokenizer))
+    return marker_ids(tokenizer)
 
 
 @dataclass
@@ -162,6 +176,7 @@ class Trainer:
         self.step_callback = step_callback
         self.dist = Distributed.from_env()
         self.teacher: Optional[dict] = None
+        self.pooling = config.model.pooling  # resolved ("auto": the model's own) when the encoder loads
         if not config.model.name_or_path:
             raise TrainingConfigError("[model] name_or_path is empty; give the base model with --model.")
         uses_keys = config.objective.loss == "synonym_marginal"
@@ -333,7 +348,9 @@ class Trainer:
         pooling = cfg.pooling
         if pooling == "auto":
             pooling = detect_pooling(Path(cfg.name_or_path).expanduser())
-        return PairEncoder(model, pooling, cfg.freeze).to(device), tokenizer
+        markers = add_markers(tokenizer, model) if pooling == "mention" else None
+        self.pooling = pooling
+        return PairEncoder(model, pooling, cfg.freeze, markers).to(device), tokenizer
 
     def _param_groups(self, encoder: PairEncoder, objective: torch.nn.Module) -> List[dict]:
         """AdamW's parameter groups: weight decay on all but biases and norms, and the hybrid's
@@ -495,6 +512,8 @@ class Trainer:
         """What a saved model records beside its weights: the keys' model it answers to, and the
         hybrid's learned sparse weight."""
         records = {TEACHER_FILE: self.teacher} if self.teacher else {}
+        if self.pooling == "mention":
+            records[MENTION_CONTEXT_FILE] = {"window": self.config.model.window, "max_length": self.config.model.max_length}
         weight = getattr(self.objective, "sparse_weight", None)
         if weight is not None and self.config.objective.sparse_weight > 0:
             records[SPARSE_FILE] = {"sparse_weight": round(float(weight.detach()), 6), "analyzer": "char_wb", "ngram_range": [3, 3]}

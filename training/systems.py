@@ -104,13 +104,15 @@ class EncoderSystem(LinkingSystem):
 
     sparse_weight: BioSyn's hybrid score, cosine + sparse_weight × char 3-gram tf-idf cosine,
     of each mention's best dense rows, as the pipe scores them (sparse.HybridRescorer); None takes
-    the weight the model was trained with (SPARSE_FILE), else 0 (dense only)."""
+    the weight the model was trained with (SPARSE_FILE), else 0 (dense only).
+    names_precision: int8 embeds the names with the exact model's int8 export instead, as
+    build-index --precision int8 does (cached apart from the fp32 vectors)."""
 
     name = "model"
 
     def __init__(self, kb: KnowledgeBase, model: str, pooling: str = "auto", batch_size: int = 256,
                  device: str = "cpu", precision: str = "fp32", index_type: str = "flat",
-                 sparse_weight: Optional[float] = None):
+                 sparse_weight: Optional[float] = None, names_precision: str = "fp32"):
         from spacy_sapbert.assets import resolve_model
         from spacy_sapbert.candidates import CandidateGenerator, CandidateSettings
         from spacy_sapbert.encoding import recorded_sparse_weight
@@ -122,7 +124,15 @@ class EncoderSystem(LinkingSystem):
         model_path = resolve_model(model)
         self.query_encoder = load_encoder(model_path, precision, pooling=pooling, batch_size=batch_size, device=device)
         self.encoder = exact_encoder(self.query_encoder)
-        self.cache = EmbeddingCache(self.encoder)
+        # A model trained on contexts is asked mentions in their windows (evaluate.part_windows).
+        self.context = getattr(self.query_encoder, "context", None)
+        if names_precision == "fp32":
+            self.cache = EmbeddingCache(self.encoder)
+        else:
+            names_encoder = load_encoder(self.encoder.name_or_path, names_precision, pooling=pooling,
+                                         batch_size=batch_size)
+            self.cache = EmbeddingCache(names_encoder, cache_dir() / "embeddings" /
+                                        f"{self.encoder.fingerprint}-{names_precision}")
         start = time.perf_counter()
         names, _ = kb.name_rows()
         index = ConceptIndex.from_vectors(kb, self.cache.encode(names), self.encoder.fingerprint, index_type)
