@@ -91,6 +91,13 @@ def test_the_pipe_encodes_each_mention_in_its_sentence(contextual_model, tiny_kb
     # The same input gives the same links; the index matches the mention, not its window.
     again = nlp(text)
     assert [(e._.cui, e._.cui_score) for e in again.ents] == [(e._.cui, e._.cui_score) for e in doc.ents]
+    # Saved and loaded, the pipeline still links in context (the mode travels in its model folder).
+    import spacy
+
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.get_pipe("sapbert_linker").encoder.context["window"] == WINDOW
+    assert [(e._.cui, e._.cui_score) for e in loaded(text).ents] == [(e._.cui, e._.cui_score) for e in doc.ents]
     linker.exact_match = True
     linker.generator.clear_cache()
     assert nlp(text).ents[1]._.cui_score == 1.0
