@@ -187,8 +187,8 @@ class TorchEncoder:
             raise EncoderError(f"max_length must be at least 2 tokens, not {max_length}.")
         self.name_or_path = str(model)
         self.pooling = pooling
-        self.context = recorded_context(local) if local.exists() else None
-        self.max_length = context_max_length(local, max_length) if local.exists() else max_length
+        self.context = recorded_context(local)
+        self.max_length = context_max_length(self.context, max_length)
         self.batch_size = batch_size
         self.device = resolve_device(device)
         if local.exists() and not (local / "config.json").exists() and not (local / ADAPTER_FILE).exists():

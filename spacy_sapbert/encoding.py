@@ -75,10 +75,9 @@ def recorded_context(model: Union[str, Path]) -> Optional[dict]:
     return json.loads(record.read_text()) if record.exists() else None
 
 
-def context_max_length(model: Union[str, Path], max_length: int) -> int:
-    """`max_length`, raised for a contextual model to the wordpieces its windows trained with:
-    a window truncated to a name's 25 tokens would lose the mention."""
-    context = recorded_context(model)
+def context_max_length(context: Optional[dict], max_length: int) -> int:
+    """`max_length`, raised for a contextual model (its recorded_context) to the wordpieces its
+    windows trained with: a window truncated to a name's 25 tokens would lose the mention."""
     return max(max_length, int(context["max_length"])) if context else max_length
 
 

@@ -111,8 +111,9 @@ class OnnxEncoder:
         if pooling not in ("auto", meta["pooling"]):
             raise EncoderError(f"{path} was exported with {meta['pooling']} pooling, which is part of its "
                                f"graph, so pooling={pooling!r} cannot apply; export it again to change it.")
+        context = recorded_context(path)
         if max_length is not None:
-            max_length = context_max_length(path, max_length)
+            max_length = context_max_length(context, max_length)
         if max_length not in (None, meta["max_length"]):
             raise EncoderError(f"{path} was exported for max_length {meta['max_length']}, not {max_length}; "
                                "export it again with the max_length you want.")
@@ -126,7 +127,7 @@ class OnnxEncoder:
         self.meta = meta
         self.name_or_path = str(path)
         self.pooling = meta["pooling"]
-        self.context = recorded_context(path)
+        self.context = context
         self.max_length = int(meta["max_length"])
         self.precision = meta["precision"]
         self.batch_size = batch_size

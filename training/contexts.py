@@ -17,7 +17,7 @@ from typing import Iterable, Iterator, List, Sequence, Tuple
 import typer
 from wasabi import msg
 
-from spacy_sapbert.encoding import context_nlp, in_window  # noqa: F401 (context_nlp: the tokens windows count)
+from spacy_sapbert.encoding import context_nlp, in_window
 from spacy_sapbert.kb import KnowledgeBase
 
 from .pairs import Pair, distinct_names, write_pairs

@@ -70,7 +70,10 @@ class EmbeddingCache:
 
     def __init__(self, encoder, folder: Optional[Path] = None):
         self.encoder = encoder
-        self.folder = Path(folder or cache_dir() / "embeddings" / encoder.fingerprint)
+        # An int8 export answers to its source's fingerprint, but its vectors are its own.
+        precision = getattr(encoder, "precision", "fp32")
+        key = encoder.fingerprint if precision == "fp32" else f"{encoder.fingerprint}-{precision}"
+        self.folder = Path(folder or cache_dir() / "embeddings" / key)
         self.folder.mkdir(parents=True, exist_ok=True)
         names_file, vectors_file = self.folder / "names.json", self.folder / "vectors.npy"
         if names_file.exists() and vectors_file.exists():
@@ -126,13 +129,9 @@ class EncoderSystem(LinkingSystem):
         self.encoder = exact_encoder(self.query_encoder)
         # A model trained on contexts is asked mentions in their windows (evaluate.part_windows).
         self.context = getattr(self.query_encoder, "context", None)
-        if names_precision == "fp32":
-            self.cache = EmbeddingCache(self.encoder)
-        else:
-            names_encoder = load_encoder(self.encoder.name_or_path, names_precision, pooling=pooling,
-                                         batch_size=batch_size)
-            self.cache = EmbeddingCache(names_encoder, cache_dir() / "embeddings" /
-                                        f"{self.encoder.fingerprint}-{names_precision}")
+        names_encoder = self.encoder if names_precision == "fp32" else load_encoder(
+            self.encoder.name_or_path, names_precision, pooling=pooling, batch_size=batch_size)
+        self.cache = EmbeddingCache(names_encoder)
         start = time.perf_counter()
         names, _ = kb.name_rows()
         index = ConceptIndex.from_vectors(kb, self.cache.encode(names), self.encoder.fingerprint, index_type)
