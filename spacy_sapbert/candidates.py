@@ -40,6 +40,12 @@ class CandidateSettings:
     sparse_weight: BioSyn's hybrid score: a concept scores (cosine + w × the char 3-gram tf-idf
         cosine of mention and name) / (1 + w) over the dense search's best names. None takes the
         w the model was trained with (its sapbert_sparse.json), else 0; 0 is dense only.
+    marginal_tau: rank a mention's concepts by BioSyn's synonym-marginal score, the soft maximum
+        tau × log Σ exp(score / tau) over each concept's names among the rows searched (64 with
+        the hybrid score, else 4 × k or 32, whichever is more), so that a concept many close names point to
+        (a training convention) outranks one lone name; each concept keeps its best name's score,
+        which `threshold` reads. None takes the tau the model was trained with (its
+        sapbert_marginal.json), else 0; 0 ranks concepts by their best name.
     """
 
     k: int = 10
@@ -50,6 +56,7 @@ class CandidateSettings:
     exact_match: bool = False
     cache_size: int = 10000
     sparse_weight: Optional[float] = None
+    marginal_tau: Optional[float] = None
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -71,6 +78,11 @@ def check_settings(settings) -> None:
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{key} ({value}) must lie in [0, 1] (0 keeps every concept); set it in the "
                              "sapbert_linker config.")
+    for key in ("sparse_weight", "marginal_tau"):
+        value = getattr(settings, key, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"{key} ({value!r}) must be a number of at least 0, or null for the model's own; "
+                             "set it in the sapbert_linker config.")
     for key, least in (("k", 1), ("max_entities_per_mention", 1), ("cache_size", 0), ("batch_size", 1)):
         value = getattr(settings, key, least)
         if value < least:
@@ -99,11 +111,14 @@ class CandidateGenerator:
     content_rule: mentions without content get nothing (has_content); the harness turns it off,
         because its protocol lower-cases mentions ("WAS", Wiskott-Aldrich syndrome, would read
         as the stop word "was") and scores every mention.
+    recorded_tau: the synonym-marginal tau the model records, used while settings.marginal_tau
+        is None.
     """
 
     def __init__(self, encoder, index, settings: Optional[CandidateSettings] = None, hybrid=None,
-                 content_rule: bool = True):
+                 content_rule: bool = True, recorded_tau: float = 0.0):
         self.content_rule = content_rule
+        self.recorded_tau = recorded_tau
         self.encoder = encoder
         self.index = index
         self.settings = settings or CandidateSettings()
@@ -116,19 +131,26 @@ class CandidateGenerator:
         """Load the encoder and index the loaders name (`loaders`), and the hybrid score's
         state when its weight is not 0."""
         from .cache import cache_dir
-        from .encoding import recorded_sparse_weight
+        from .encoding import recorded_marginal_tau, recorded_sparse_weight
 
         encoder = encoder_loader.load()
         index = index_loader.load(encoder, graph_over=graph_over)
+        model_path = getattr(encoder, "path", None) or encoder_loader.model_path()
         weight = settings.sparse_weight
         if weight is None:
-            weight = recorded_sparse_weight(getattr(encoder, "path", encoder_loader.model_path()))
+            weight = recorded_sparse_weight(model_path)
         hybrid = None
         if weight:
             from .sparse import HybridRescorer
 
             hybrid = HybridRescorer.for_index(index, weight, cache=cache_dir())
-        return cls(encoder, index, settings, hybrid)
+        return cls(encoder, index, settings, hybrid, recorded_tau=recorded_marginal_tau(model_path))
+
+    @property
+    def tau(self) -> float:
+        """The synonym-marginal tau concepts are ranked by (0: by their best name)."""
+        tau = self.settings.marginal_tau
+        return self.recorded_tau if tau is None else float(tau)
 
     def generate(self, mentions: Sequence[Mention]) -> List[Candidates]:
         """For each mention, its candidates [(concept_id, score), …], best first: those scoring
@@ -178,13 +200,13 @@ class CandidateGenerator:
         for types, group in by_types.items():
             query = vectors[[row_of[t] for t in group]]
             if self.hybrid is None:
-                results = self.index.search(query, k=self.settings.k, type_prefixes=types or None)
+                results = self.index.search(query, k=self.settings.k, type_prefixes=types or None, tau=self.tau)
             else:
                 from .sparse import HYBRID_ROWS
 
                 results = self.index.search(query, k=self.settings.k, type_prefixes=types or None,
                                             rescore=self.hybrid.for_texts([mention_of(t) for t in group]),
-                                            min_rows=HYBRID_ROWS)
+                                            min_rows=HYBRID_ROWS, tau=self.tau)
             found.update(((text, types), candidates) for text, candidates in zip(group, results))
         return found
 

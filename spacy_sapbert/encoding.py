@@ -39,6 +39,13 @@ MENTION_CONTEXT_FILE = "sapbert_context.json"
 # tf-idf term (score = dense cosine + sparse_weight × tf-idf cosine).
 SPARSE_FILE = "sapbert_sparse.json"
 
+# Written beside a model trained with the synonym-marginal likelihood: its temperature
+# ({"tau": …}), by which the pipe ranks concepts (ranking.best_concepts).
+MARGINAL_FILE = "sapbert_marginal.json"
+
+# The records that travel with a model into its package and its ONNX export.
+MODEL_RECORDS = (SPARSE_FILE, MENTION_CONTEXT_FILE, MARGINAL_FILE)
+
 
 @runtime_checkable
 class Encoder(Protocol):
@@ -66,6 +73,13 @@ def recorded_sparse_weight(model: Union[str, Path]) -> float:
     """The hybrid score's sparse weight a model directory records (SPARSE_FILE), else 0."""
     record = Path(model).expanduser() / SPARSE_FILE
     return float(json.loads(record.read_text())["sparse_weight"]) if record.exists() else 0.0
+
+
+def recorded_marginal_tau(model: Union[str, Path]) -> float:
+    """The synonym-marginal temperature a model directory records (MARGINAL_FILE), else 0: its
+    concepts are ranked by their best name."""
+    record = Path(model).expanduser() / MARGINAL_FILE
+    return float(json.loads(record.read_text())["tau"]) if record.exists() else 0.0
 
 
 def recorded_context(model: Union[str, Path]) -> Optional[dict]:

@@ -452,6 +452,7 @@ class ConceptIndex:
         type_prefixes: Optional[Sequence[str]] = None,
         rescore: Optional[Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = None,
         min_rows: int = 32,
+        tau: float = 0.0,
     ) -> List[Candidates]:
         """The k best distinct concepts for each query vector.
 
@@ -462,6 +463,8 @@ class ConceptIndex:
             queries ((n, rows) arrays; row -1: none), returns their scores (the hybrid score:
             sparse.HybridRescorer).
         min_rows: name rows fetched per query at least (more while they hold fewer than k concepts).
+        tau: > 0 ranks concepts by their synonym-marginal score over the rows fetched
+            (ranking.best_concepts), not by their best name.
         Returns, per query, [(concept_id, score), …] best first; the score is the cosine unless
         `rescore` gives another.
         """
@@ -493,7 +496,7 @@ class ConceptIndex:
                 scores = rescore(pending, rows, scores)
             still_short = []
             for query, score_row, id_row in zip(pending, scores, rows):
-                best = best_concepts(score_row, id_row, self.row_concepts, k)
+                best = best_concepts(score_row, id_row, self.row_concepts, k, tau)
                 if len(best) >= k or k_rows >= n_allowed or (id_row < 0).any():
                     results[query] = [(self.concept_ids[c], s) for c, s in best]
                 else:

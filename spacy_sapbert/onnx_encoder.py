@@ -26,7 +26,7 @@ import numpy as np
 from .cache import cache_dir, cached_build
 from .cache import damaged_record, file_records, file_sha256
 from .encoding import (
-    MAX_LENGTH, MENTION_CONTEXT_FILE, PRECISIONS, PROGRESS_MIN_TEXTS, SPARSE_FILE, EncoderError, context_max_length,
+    MAX_LENGTH, MODEL_RECORDS, PRECISIONS, PROGRESS_MIN_TEXTS, EncoderError, context_max_length,
     recorded_context,
 )
 
@@ -249,7 +249,7 @@ def export_onnx(
         # per-batch scales, vectors the same whatever the batch to 5e-8 (per-batch: 0.04).
         quantisation = static_activation_scales(output / ONNX_FILE, output / TOKENIZER_FILE, inputs,
                                                 calibration_texts(), encoder.max_length)
-    for record in (SPARSE_FILE, MENTION_CONTEXT_FILE):  # the hybrid's weight, the context mode travel with it
+    for record in MODEL_RECORDS:  # the hybrid's weight, the context mode, the marginal's tau travel with it
         if (Path(model).expanduser() / record).exists():
             shutil.copyfile(Path(model).expanduser() / record, output / record)
     if not (output / TOKENIZER_FILE).exists():

@@ -136,6 +136,17 @@ DEMO_PATTERNS = [
 ]
 
 
+def demo_linker(model, index_dir, **config):
+    """(nlp, pipe): DEMO_PATTERNS tagged by a ruler and linked by `model` (fp32) over the index
+    at `index_dir`, every mention linked (threshold 0), with `config` on top."""
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    pipe = nlp.add_pipe("sapbert_linker", config={
+        "encoder": {"model": str(model), "precision": "fp32"}, "index": {"index": str(index_dir)},
+        "threshold": 0.0, **config})
+    pipe.initialize()
+    return nlp, pipe
+
+
 @pytest.fixture
 def linked_nlp(tiny_model, tiny_index_dir):
     """A ruler + sapbert_linker pipeline over the tiny model and index."""

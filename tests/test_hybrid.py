@@ -83,7 +83,7 @@ def test_row_names_follow_name_precedence(tiny_encoder):
 def test_the_pipe_takes_the_weight_the_model_records(tiny_model, tiny_index_dir, tmp_path):
     import shutil
 
-    from conftest import DEMO_PATTERNS, ruler_nlp
+    from conftest import demo_linker
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
@@ -92,12 +92,7 @@ def test_the_pipe_takes_the_weight_the_model_records(tiny_model, tiny_index_dir,
     assert recorded_sparse_weight(model) == 0.4
 
     def linker(**config):
-        nlp = ruler_nlp(DEMO_PATTERNS)
-        pipe = nlp.add_pipe("sapbert_linker", config={
-            "encoder": {"model": str(model), "precision": "fp32"}, "index": {"index": str(tiny_index_dir)},
-            "threshold": 0.0, **config})
-        pipe.initialize()
-        return nlp, pipe
+        return demo_linker(model, tiny_index_dir, **config)
 
     nlp, pipe = linker()
     assert pipe.hybrid is not None and pipe.hybrid.weight == pytest.approx(0.4)

@@ -158,6 +158,7 @@ def test_a_run_against_frozen_keys_learns_and_answers_to_the_keys_model(tiny_mod
     from safetensors.torch import load_file
 
     from spacy_sapbert.encoder import TorchEncoder
+    from spacy_sapbert.encoding import recorded_marginal_tau
     from spacy_sapbert.index import ConceptIndex
 
     run = tmp_path / "run"
@@ -175,6 +176,8 @@ def test_a_run_against_frozen_keys_learns_and_answers_to_the_keys_model(tiny_mod
     index.check_encoder(trained)
     record = json.loads((final / "training.json").read_text())
     assert record["teacher"]["teacher"] == str(tiny_model) and record["n_queries"] == len(tiny_keys.queries)
+    # The pipe ranks its concepts by the synonym-marginal score it was trained at.
+    assert recorded_marginal_tau(final) == 0.1
 
 
 def read_tiny_kb(keys):

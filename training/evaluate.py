@@ -81,7 +81,7 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
 
 def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None,
                 precision: str = "fp32", index_type: str = "flat", sparse_weight: Optional[float] = None,
-                names_precision: str = "fp32") -> LinkingSystem:
+                names_precision: str = "fp32", marginal_tau: Optional[float] = None) -> LinkingSystem:
     if system == "exact":
         return ExactMatch(dictionary)
     if system == "tfidf":
@@ -90,7 +90,7 @@ def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = N
         return ScispacyLinker(dictionary)
     if system == "model":
         return EncoderSystem(dictionary, model or "default", precision=precision, index_type=index_type,
-                             sparse_weight=sparse_weight, names_precision=names_precision)
+                             sparse_weight=sparse_weight, names_precision=names_precision, marginal_tau=marginal_tau)
     raise ValueError(f"Unknown system {system!r}; use one of exact, tfidf, scispacy, model.")
 
 
@@ -191,7 +191,7 @@ def evaluate_conceptual(dataset: str, system: str, model: Optional[str]) -> dict
 def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         model: Optional[str] = None, fold: int = 0, precision: str = "fp32", index_type: str = "flat",
         training_precedence: bool = True, sparse_weight: Optional[float] = None,
-        names_precision: str = "fp32") -> dict:
+        names_precision: str = "fp32", marginal_tau: Optional[float] = None) -> dict:
     """One evaluation; the metrics as a dict."""
     header = {"dataset": dataset, "split": split if dataset != "cadec" else f"fold{fold}-test",
               "system": system, "protocol": protocol, "model": model if system == "model" else None}
@@ -205,10 +205,12 @@ def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         return {**header, "split": "kb", "protocol": "cosine", **evaluate_conceptual(dataset, system, model)}
     if not training_precedence:
         header["training_precedence"] = False
-    if sparse_weight is not None:
-        header["sparse_weight"] = sparse_weight
+    for key, value in (("sparse_weight", sparse_weight), ("marginal_tau", marginal_tau)):
+        if value is not None:
+            header[key] = value
     task = prepare(dataset, split, protocol, data_dir, fold, training_precedence)
-    system_ = make_system(system, task.dictionary, model, precision, index_type, sparse_weight, names_precision)
+    system_ = make_system(system, task.dictionary, model, precision, index_type, sparse_weight, names_precision,
+                          marginal_tau)
     return {**header, **evaluate_linking(task, system_)}
 
 
@@ -261,19 +263,25 @@ def evaluate_command(
         None, "--sparse-weight", help="Hybrid score: dense + this × char 3-gram tf-idf (system model); "
         "default: the weight the model was trained with, else 0 (dense only).",
     ),
+    marginal_tau: Optional[float] = typer.Option(
+        None, "--marginal-tau", help="Rank concepts by their synonym-marginal score at this tau (system model); "
+        "default: the tau the model was trained with, else 0 (each concept by its best name).",
+    ),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the metrics JSON here."),
     end_to_end: bool = typer.Option(
         False, "--end-to-end", help="Run the bundled NER, abbreviations and sapbert_linker (--model, --precision, "
-        "--sparse-weight) over whole BC5CDR documents (either bc5cdr dataset) and score spans and links per label.",
+        "--sparse-weight, --marginal-tau) over whole BC5CDR documents (either bc5cdr dataset) and score spans and links per label.",
     ),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     if end_to_end:
-        _end_to_end_command(dataset.value, split.value, data_dir, model, precision, sparse_weight, output)
+        scoring = {key: value for key, value in (("sparse_weight", sparse_weight), ("marginal_tau", marginal_tau))
+                   if value is not None}
+        _end_to_end_command(dataset.value, split.value, data_dir, model, precision, scoring, output)
         return
     try:
         metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold,
-                      precision, index_type, training_precedence, sparse_weight, names_precision)
+                      precision, index_type, training_precedence, sparse_weight, names_precision, marginal_tau)
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)
@@ -287,7 +295,7 @@ def evaluate_command(
 
 
 def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, precision: str,
-                        sparse_weight: Optional[float], output: Optional[Path]) -> None:
+                        config: dict, output: Optional[Path]) -> None:
     from spacy_sapbert.demo import demo_pipeline
 
     from .end_to_end import LABELS, evaluate_end_to_end
@@ -295,7 +303,6 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
     if dataset not in LABELS:
         msg.fail(f"--end-to-end scores BC5CDR documents; use --dataset bc5cdr-disease or bc5cdr-chemical, not {dataset}.")
         raise typer.Exit(1)
-    config = {"sparse_weight": sparse_weight} if sparse_weight is not None else {}
     try:
         metrics = {"model": model, "precision": precision, **evaluate_end_to_end(
             demo_pipeline(model=model, linker_config=config, encoder_config={"precision": precision}), split, data_dir)}

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from spacy_sapbert.cache import file_sha256
 from spacy_sapbert.encoder import load_transformer, pool, resolve_device
 from spacy_sapbert.encoding import (
-    MENTION_CONTEXT_FILE, MENTION_END, MENTION_START, SPARSE_FILE, TEACHER_FILE, detect_pooling,
+    MARGINAL_FILE, MENTION_CONTEXT_FILE, MENTION_END, MENTION_START, SPARSE_FILE, TEACHER_FILE, detect_pooling,
 )
 from spacy_sapbert.kb import PathLike
 
@@ -509,14 +509,16 @@ class Trainer:
             dist.barrier()
 
     def _records(self) -> Dict[str, dict]:
-        """What a saved model records beside its weights: the keys' model it answers to, and the
-        hybrid's learned sparse weight."""
+        """What a saved model records beside its weights: the keys' model it answers to, the
+        hybrid's learned sparse weight, and the synonym-marginal tau the pipe ranks concepts by."""
         records = {TEACHER_FILE: self.teacher} if self.teacher else {}
         if self.pooling == "mention":
             records[MENTION_CONTEXT_FILE] = {"window": self.config.model.window, "max_length": self.config.model.max_length}
         weight = getattr(self.objective, "sparse_weight", None)
         if weight is not None and self.config.objective.sparse_weight > 0:
             records[SPARSE_FILE] = {"sparse_weight": round(float(weight.detach()), 6), "analyzer": "char_wb", "ngram_range": [3, 3]}
+        if self.config.objective.loss == "synonym_marginal":
+            records[MARGINAL_FILE] = {"tau": self.config.objective.tau}
         return records
 
     def _finish(self, run: _Run, wall: float) -> Path:

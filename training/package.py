@@ -18,7 +18,7 @@ import typer
 from spacy_sapbert.assets import BASE, resolve_model
 from spacy_sapbert.encoder import BASE_FILE, load_transformer, tensors_sha256
 from spacy_sapbert.encoding import POOLING_FILE, TEACHER_FILE
-from spacy_sapbert.encoding import SPARSE_FILE
+from spacy_sapbert.encoding import MODEL_RECORDS
 
 from .loop import RUN_FILE
 
@@ -112,7 +112,7 @@ def package_model(model: Path, output: Path, metrics: Optional[Path] = None, bas
     weights.save_pretrained(output, state_dict={n: t.half() for n, t in state.items()}, max_shard_size="15MB")
     tokenizer.save_pretrained(output)
     record = {}
-    for name in (POOLING_FILE, RUN_FILE, TEACHER_FILE, SPARSE_FILE):
+    for name in (POOLING_FILE, RUN_FILE, TEACHER_FILE, *MODEL_RECORDS):
         if (model / name).exists():
             shutil.copy(model / name, output / name)
     if (model / RUN_FILE).exists():

@@ -109,16 +109,19 @@ class EncoderSystem(LinkingSystem):
     of each mention's best dense rows, as the pipe scores them (sparse.HybridRescorer); None takes
     the weight the model was trained with (SPARSE_FILE), else 0 (dense only).
     names_precision: int8 embeds the names with the exact model's int8 export instead, as
-    build-index --precision int8 does (cached apart from the fp32 vectors)."""
+    build-index --precision int8 does (cached apart from the fp32 vectors).
+    marginal_tau: rank concepts by their synonym-marginal score at this tau, as the pipe does
+    (CandidateSettings); None takes the model's recorded tau, else 0 (best name)."""
 
     name = "model"
 
     def __init__(self, kb: KnowledgeBase, model: str, pooling: str = "auto", batch_size: int = 256,
                  device: str = "cpu", precision: str = "fp32", index_type: str = "flat",
-                 sparse_weight: Optional[float] = None, names_precision: str = "fp32"):
+                 sparse_weight: Optional[float] = None, names_precision: str = "fp32",
+                 marginal_tau: Optional[float] = None):
         from spacy_sapbert.assets import resolve_model
         from spacy_sapbert.candidates import CandidateGenerator, CandidateSettings
-        from spacy_sapbert.encoding import recorded_sparse_weight
+        from spacy_sapbert.encoding import recorded_marginal_tau, recorded_sparse_weight
         from spacy_sapbert.index import ConceptIndex
         from spacy_sapbert.resources import exact_encoder, load_encoder
 
@@ -142,8 +145,10 @@ class EncoderSystem(LinkingSystem):
 
             hybrid = HybridRescorer(names, self.sparse_weight)
         # Every concept it retrieves, none left out by a threshold: the harness scores ranks.
-        settings = CandidateSettings(threshold=0.0, cache_size=0, sparse_weight=self.sparse_weight)
-        self.generator = CandidateGenerator(self.query_encoder, index, settings, hybrid, content_rule=False)
+        settings = CandidateSettings(threshold=0.0, cache_size=0, sparse_weight=self.sparse_weight,
+                                     marginal_tau=marginal_tau)
+        self.generator = CandidateGenerator(self.query_encoder, index, settings, hybrid, content_rule=False,
+                                            recorded_tau=recorded_marginal_tau(model_path))
         self.build_seconds = time.perf_counter() - start
 
     def rank(self, texts, k=10):
