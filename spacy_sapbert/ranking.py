@@ -26,25 +26,27 @@ def best_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray
     tau · log Σ exp(score / tau) over each concept's names among the hits (what a model trained
     with the synonym-marginal likelihood at that tau learned to raise), ties by their best
     name's tie order; each keeps its best name's score, so `threshold` keeps its meaning."""
-    best: Dict[int, float] = {}
     order = tie_order(scores, rows)
+    if tau:
+        return marginal_concepts(np.asarray(scores, dtype=np.float64)[order], rows[order], row_concepts, k, tau)
+    best: Dict[int, float] = {}
     for score, row in zip(scores[order], rows[order]):
-        if row < 0 or (len(best) == k and not tau):
+        if row < 0 or len(best) == k:
             break
         best.setdefault(int(row_concepts[row]), float(score))
-    if not tau or len(best) < 2:
-        return list(best.items())[:k]
-    return [(c, best[c]) for c in marginal_order(scores, rows, row_concepts, list(best), tau)[:k]]
+    return list(best.items())
 
 
-def marginal_order(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray, concepts: List[int],
-                   tau: float) -> List[int]:
-    """`concepts` (in tie order) by their synonym-marginal score over the hits, best first;
-    equal scores (to 6 decimals) keep their order."""
+def marginal_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray, k: int,
+                      tau: float) -> List[Tuple[int, float]]:
+    """The k best concepts by synonym-marginal score of hits already in tie order, each with its
+    best name's score; equal marginals (to 6 decimals) keep their best names' tie order."""
     hit = rows >= 0
-    scores = np.asarray(scores, dtype=np.float64)[hit]
-    position = {c: i for i, c in enumerate(concepts)}
-    slots = np.array([position[int(c)] for c in row_concepts[rows[hit]]])
-    mass = np.bincount(slots, weights=np.exp((scores - scores.max()) / tau), minlength=len(concepts))
-    marginal = scores.max() + tau * np.log(mass)
-    return [concepts[i] for i in np.lexsort((np.arange(len(concepts)), -np.round(marginal, 6)))]
+    scores, concepts = scores[hit], row_concepts[rows[hit]]
+    if not len(concepts):
+        return []
+    unique, first = np.unique(concepts, return_index=True)  # first: each concept's best name
+    mass = np.bincount(np.searchsorted(unique, concepts), weights=np.exp((scores - scores[0]) / tau))
+    marginal = scores[0] + tau * np.log(mass)
+    ranked = np.lexsort((first, -np.round(marginal, 6)))[:k]
+    return [(int(unique[i]), float(scores[first[i]])) for i in ranked]
