@@ -209,7 +209,7 @@ def test_a_student_keeps_the_layers_it_names(tiny_model, tiny_keys, tmp_path):
 
 def test_package_stores_only_what_training_changed_and_loads_whole(tiny_model, tiny_keys, tmp_path, monkeypatch):
     from spacy_sapbert.encoder import BASE_FILE, TorchEncoder
-    from spacy_sapbert.encoding import EncoderError
+    from spacy_sapbert.encoding import EncoderError, recorded_marginal_tau
     from training.package import package_model
 
     final = Trainer(keys_config(tiny_model, max_steps=3), None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
@@ -220,6 +220,9 @@ def test_package_stores_only_what_training_changed_and_loads_whole(tiny_model, t
     small = TorchEncoder(packaged)
     assert small.fingerprint == full.fingerprint  # both answer to the keys' model
     assert np.allclose(small.encode(["lactic acidosis"]), full.encode(["lactic acidosis"]), atol=2e-3)
+    # The synonym-marginal tau travels with it, and its card says how it ranks.
+    assert recorded_marginal_tau(packaged) == 0.1
+    assert "synonym-marginal score at the training τ = 0.1" in (packaged / "MODEL_CARD.md").read_text()
     # A base whose frozen tensors differ is refused, naming the base.
     record["sha256"] = "0" * 64
     (packaged / BASE_FILE).write_text(json.dumps(record))

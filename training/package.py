@@ -79,8 +79,12 @@ def model_card(record: dict, metrics_summary: Optional[str]) -> str:
         if len(stages) > 1:
             lines += [f"### Stage {number} of {len(stages)}", ""]
         lines += _stage_lines(stage) + [""]
+    objective = record.get("config", {}).get("objective", {})
+    ranking = ([f"The pipe and these figures rank concepts by their synonym-marginal score at the training "
+                f"τ = {objective['tau']} (`sapbert_marginal.json`; pipe key `marginal_tau`).", ""]
+               if objective.get("loss") == "synonym_marginal" else [])
     lines += [
-        "## Dev figures", "",
+        "## Dev figures", "", *ranking,
         metrics_summary.strip() if metrics_summary else "Not evaluated yet: run `spacy project run evaluate-trained`.",
         "", "## Licences", "", LICENCES,
     ]
