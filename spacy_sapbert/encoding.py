@@ -69,24 +69,29 @@ class Encoder(Protocol):
         """Write what loads this encoder again."""
 
 
+def model_record(model: Union[str, Path], name: str) -> Optional[dict]:
+    """The record `name` (one of MODEL_RECORDS) a model directory holds, or None."""
+    record = Path(model).expanduser() / name
+    return json.loads(record.read_text()) if record.exists() else None
+
+
 def recorded_sparse_weight(model: Union[str, Path]) -> float:
     """The hybrid score's sparse weight a model directory records (SPARSE_FILE), else 0."""
-    record = Path(model).expanduser() / SPARSE_FILE
-    return float(json.loads(record.read_text())["sparse_weight"]) if record.exists() else 0.0
+    record = model_record(model, SPARSE_FILE)
+    return float(record["sparse_weight"]) if record is not None else 0.0
 
 
 def recorded_marginal_tau(model: Union[str, Path]) -> float:
     """The synonym-marginal temperature a model directory records (MARGINAL_FILE), else 0: its
     concepts are ranked by their best name."""
-    record = Path(model).expanduser() / MARGINAL_FILE
-    return float(json.loads(record.read_text())["tau"]) if record.exists() else 0.0
+    record = model_record(model, MARGINAL_FILE)
+    return float(record["tau"]) if record is not None else 0.0
 
 
 def recorded_context(model: Union[str, Path]) -> Optional[dict]:
     """How a model encodes a mention in its context (MENTION_CONTEXT_FILE), or None: a mention
     is encoded alone."""
-    record = Path(model).expanduser() / MENTION_CONTEXT_FILE
-    return json.loads(record.read_text()) if record.exists() else None
+    return model_record(model, MENTION_CONTEXT_FILE)
 
 
 def context_max_length(context: Optional[dict], max_length: int) -> int:

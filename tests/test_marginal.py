@@ -65,7 +65,7 @@ def test_the_pipe_ranks_by_the_tau_the_model_records(marginal_model, tiny_index_
         linker(marginal_tau=-0.1)
 
 
-def test_the_int8_export_and_the_package_carry_the_tau(marginal_model, tmp_path, monkeypatch):
+def test_the_int8_export_carries_the_tau(marginal_model, tmp_path, monkeypatch):
     from spacy_sapbert.onnx_encoder import exported_model
 
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))

@@ -205,13 +205,17 @@ def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         return {**header, "split": "kb", "protocol": "cosine", **evaluate_conceptual(dataset, system, model)}
     if not training_precedence:
         header["training_precedence"] = False
-    for key, value in (("sparse_weight", sparse_weight), ("marginal_tau", marginal_tau)):
-        if value is not None:
-            header[key] = value
+    header.update(_scoring(sparse_weight, marginal_tau))
     task = prepare(dataset, split, protocol, data_dir, fold, training_precedence)
     system_ = make_system(system, task.dictionary, model, precision, index_type, sparse_weight, names_precision,
                           marginal_tau)
     return {**header, **evaluate_linking(task, system_)}
+
+
+def _scoring(sparse_weight: Optional[float], marginal_tau: Optional[float]) -> dict:
+    """The pipe's scoring keys a run sets (None: the model's own), as its config takes them."""
+    return {key: value for key, value in (("sparse_weight", sparse_weight), ("marginal_tau", marginal_tau))
+            if value is not None}
 
 
 class Dataset(str, Enum):
@@ -275,9 +279,8 @@ def evaluate_command(
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     if end_to_end:
-        scoring = {key: value for key, value in (("sparse_weight", sparse_weight), ("marginal_tau", marginal_tau))
-                   if value is not None}
-        _end_to_end_command(dataset.value, split.value, data_dir, model, precision, scoring, output)
+        _end_to_end_command(dataset.value, split.value, data_dir, model, precision,
+                            _scoring(sparse_weight, marginal_tau), output)
         return
     try:
         metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold,
