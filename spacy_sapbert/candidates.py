@@ -4,17 +4,19 @@ all link through one `CandidateGenerator`, so the figures are the pipe's.
 
 A mention is linked in this order: no content (no letter or digit, or only stop words) gives
 nothing; a mention seen before comes from the cache; with `exact_match`, a mention equal to a
-name gets that name's concepts; the rest are encoded together and searched, dense or hybrid.
+name gets that name's concepts; the rest are encoded together and searched, dense or hybrid,
+the concepts bearing the mention's own name first (`exact_first`).
 """
 import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 from spacy.lang.en.stop_words import STOP_WORDS
 
 from .encoding import mention_of
-from .kb import name_key
+from .kb import name_hash
 from .ranking import Candidates
 
 # A mention to link: its text, and the type prefixes its concepts must have (() for any). For
@@ -36,6 +38,10 @@ class CandidateSettings:
         unlike scispaCy, because the open ontologies bundled carry no definitions.
     exact_match: a mention that equals a name of the index (ignoring case and spacing) gets
         that name's concepts with score 1.0 and is not encoded.
+    exact_first: the concepts holding a name that equals the mention (ignoring case and
+        spacing) among the names searched rank before the others, in the model's order, and the
+        others stay as alternatives: a close cluster of another concept's names no longer
+        outranks the dictionary's own name for it under the synonym-marginal score (README).
     cache_size: mentions whose candidates are remembered (least recently used go first); 0: off.
     sparse_weight: BioSyn's hybrid score: a concept scores (cosine + w × the char 3-gram tf-idf
         cosine of mention and name) / (1 + w) over the dense search's best names. None takes the
@@ -54,6 +60,7 @@ class CandidateSettings:
     filter_for_definitions: bool = False
     no_definition_threshold: float = 0.95
     exact_match: bool = False
+    exact_first: bool = True
     cache_size: int = 10000
     sparse_weight: Optional[float] = None
     marginal_tau: Optional[float] = None
@@ -124,7 +131,6 @@ class CandidateGenerator:
         self.settings = settings or CandidateSettings()
         self.hybrid = hybrid
         self._cache: "OrderedDict[Mention, Candidates]" = OrderedDict()
-        self._names: Optional[Dict[str, List[str]]] = None  # name_key(name) → concept ids
 
     @classmethod
     def load(cls, encoder_loader, index_loader, settings: CandidateSettings, graph_over=None) -> "CandidateGenerator":
@@ -199,24 +205,26 @@ class CandidateGenerator:
         found: Dict[Mention, Candidates] = {}
         for types, group in by_types.items():
             query = vectors[[row_of[t] for t in group]]
+            keys = [name_hash(mention_of(t)) for t in group] if self.settings.exact_first else None
             if self.hybrid is None:
-                results = self.index.search(query, k=self.settings.k, type_prefixes=types or None, tau=self.tau)
+                results = self.index.search(query, k=self.settings.k, type_prefixes=types or None, tau=self.tau,
+                                            exact_keys=keys)
             else:
                 from .sparse import HYBRID_ROWS
 
                 results = self.index.search(query, k=self.settings.k, type_prefixes=types or None,
                                             rescore=self.hybrid.for_texts([mention_of(t) for t in group]),
-                                            min_rows=HYBRID_ROWS, tau=self.tau)
+                                            min_rows=HYBRID_ROWS, tau=self.tau, exact_keys=keys)
             found.update(((text, types), candidates) for text, candidates in zip(group, results))
         return found
 
     def _exact(self, text: str, types: Tuple[str, ...]) -> Candidates:
-        """The concepts (of `types`) that have `text` as a name, each with score 1.0."""
-        if self._names is None:
-            self._names = self.index.kb.name_lookup()
+        """The concepts (of `types`) that have `text` as the name of a row, each with score 1.0,
+        in row order."""
+        rows = np.flatnonzero(self.index.row_keys() == np.uint64(name_hash(text)))
         entities = self.index.kb.cui_to_entity
-        ids = [c for c in self._names.get(name_key(text), []) if not types or entities[c].has_type(types)]
-        return [(c, 1.0) for c in ids[: self.settings.k]]
+        ids = dict.fromkeys(self.index.concept_ids[c] for c in self.index.row_concepts[rows])
+        return [(c, 1.0) for c in ids if not types or entities[c].has_type(types)][: self.settings.k]
 
     def _remember(self, new: Dict[Mention, Candidates]) -> None:
         if not self.settings.cache_size:

@@ -1,4 +1,5 @@
 """A FAISS index over name embeddings that answers with distinct concepts."""
+import hashlib
 import json
 import logging
 import math
@@ -10,9 +11,9 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 import faiss
 import numpy as np
 
-from .cache import damaged_record, file_records
+from .cache import cache_dir, cached_build, damaged_record, file_records
 from .ranking import Candidates, best_concepts
-from .kb import KBFormatError, KnowledgeBase, name_key
+from .kb import KBFormatError, KnowledgeBase, name_hash, name_key
 from .kb_formats import read_jsonl, write_jsonl
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ ADD_CHUNK = 1 << 16
 META_FILE = "meta.json"
 FAISS_FILE = "index.faiss"
 ROWS_FILE = "rows.npy"
+# Bump when kb.name_hash changes, so cached row keys (ConceptIndex.row_keys) are made again.
+ROW_KEYS_VERSION = 1
 KB_FILE = "kb.jsonl"
 # The KB as a bundled index stores it (save(compress_kb=True)).
 KB_FILE_GZ = "kb.jsonl.gz"
@@ -385,9 +388,53 @@ class ConceptIndex:
         if not np.array_equal(rows, self.row_concepts):
             raise ConceptIndexError(
                 "This index's rows do not follow its KB's names, so they cannot be named (for the hybrid "
-                "score); rebuild it with `spacy-sapbert build-index`, or set sparse_weight to 0."
+                "score and exact names first); rebuild it with `spacy-sapbert build-index`, or set "
+                "sparse_weight to 0 and exact_first to false."
             )
         return names
+
+    def state_key(self, *parts) -> Optional[str]:
+        """A cache key for state derived from this index's row names (the hybrid score's tf-idf,
+        row_keys): `parts` with the KB's and rows' checksums; None for an index saved without
+        them, whose state is made afresh."""
+        files = self.meta.get("files", {})
+        kb_file = next((files[name] for name in sorted(files) if name.startswith("kb.jsonl")), None)
+        if kb_file is None or "rows.npy" not in files:
+            return None
+        return hashlib.sha256(json.dumps(
+            [*parts, kb_file["sha256"], files["rows.npy"]["sha256"], self.meta.get("name_precedence"),
+             len(self)]).encode()).hexdigest()[:16]
+
+    def row_keys(self) -> np.ndarray:
+        """Each row's name as kb.name_hash gives it (uint64), for telling which hits are a
+        mention's exact name. Made on first use from the row names (1.1 s for the bundled
+        index) and kept in the cache (1.7 MB), so a later load reads it in milliseconds."""
+        if getattr(self, "_row_keys", None) is not None and len(self._row_keys) == len(self):
+            return self._row_keys
+        key = self.state_key("row-keys", ROW_KEYS_VERSION)
+        if key is None:
+            self._row_keys = np.array([name_hash(name) for name in self.row_names()], dtype=np.uint64)
+            return self._row_keys
+        folder = cache_dir() / f"row-keys-{key}"
+
+        def intact(path: Path) -> bool:
+            try:
+                records = json.loads((path / "files.json").read_text(encoding="utf-8"))
+                if set(records) != {"keys.npy"} or damaged_record(path, records):
+                    return False
+                self._row_keys = np.load(path / "keys.npy")
+            except (OSError, ValueError):
+                return False
+            return len(self._row_keys) == len(self)
+
+        def build(staging: Path) -> None:
+            np.save(staging / "keys.npy", np.array([name_hash(n) for n in self.row_names()], dtype=np.uint64))
+            (staging / "files.json").write_text(json.dumps(file_records(staging, ["keys.npy"]), indent=2))
+
+        cached_build(folder, build, intact, "index rows' exact-name keys", takes="about a second for the bundled index")
+        if not intact(folder):  # read what the build wrote
+            raise ConceptIndexError(f"The exact-name keys in {folder} cannot be read; delete the folder and retry.")
+        return self._row_keys
 
     def _preferred_mask(self, prefer: Sequence[str]) -> np.ndarray:
         names, cuis = self.kb.name_rows()
@@ -453,6 +500,7 @@ class ConceptIndex:
         rescore: Optional[Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = None,
         min_rows: int = 32,
         tau: float = 0.0,
+        exact_keys: Optional[Sequence[int]] = None,
     ) -> List[Candidates]:
         """The k best distinct concepts for each query vector.
 
@@ -465,6 +513,8 @@ class ConceptIndex:
         min_rows: name rows fetched per query at least (more while they hold fewer than k concepts).
         tau: > 0 ranks concepts by their synonym-marginal score over the rows fetched
             (ranking.best_concepts), not by their best name.
+        exact_keys: each query's text as kb.name_hash gives it: concepts holding a hit of that
+            name (row_keys) rank first (ranking.best_concepts).
         Returns, per query, [(concept_id, score), …] best first; the score is the cosine unless
         `rescore` gives another.
         """
@@ -481,12 +531,7 @@ class ConceptIndex:
         results: List[Candidates] = [[] for _ in range(len(vectors))]
         if n_allowed == 0 or k <= 0:
             return results
-        if getattr(self, "_split", None) is None or self._split[0] is not self.index:
-            self._split = (self.index, *_split_pre_transform(self.index))
-        _, maps, searched = self._split
-        for matrix, bias in maps:
-            projected = vectors.astype(np.float64) @ matrix.T
-            vectors = np.ascontiguousarray(projected + bias if bias is not None else projected, dtype=np.float32)
+        searched, vectors = self._searchable(vectors)
         pending = np.arange(len(vectors))
         # Concepts have several names, so fetch more rows than concepts and widen if short.
         k_rows = min(n_allowed, max(4 * k, min_rows))
@@ -494,9 +539,12 @@ class ConceptIndex:
             scores, rows = searched.search(vectors[pending], k_rows, params=params)
             if rescore is not None:
                 scores = rescore(pending, rows, scores)
-            still_short = []
-            for query, score_row, id_row in zip(pending, scores, rows):
-                best = best_concepts(score_row, id_row, self.row_concepts, k, tau)
+            still_short, exact = [], [None] * len(rows)
+            if exact_keys is not None:
+                query_keys = np.asarray(exact_keys, dtype=np.uint64)[pending]
+                exact = (self.row_keys()[np.maximum(rows, 0)] == query_keys[:, None]) & (rows >= 0)
+            for query, score_row, id_row, exact_row in zip(pending, scores, rows, exact):
+                best = best_concepts(score_row, id_row, self.row_concepts, k, tau, exact_row)
                 if len(best) >= k or k_rows >= n_allowed or (id_row < 0).any():
                     results[query] = [(self.concept_ids[c], s) for c, s in best]
                 else:
@@ -504,6 +552,17 @@ class ConceptIndex:
             pending = np.array(still_short, dtype=np.int64)
             k_rows = min(n_allowed, k_rows * 4)
         return results
+
+    def _searchable(self, vectors: np.ndarray) -> Tuple[faiss.Index, np.ndarray]:
+        """The FAISS index that search asks and the queries in its space: a pre-transform's
+        maps are applied here in float64 (_split_pre_transform)."""
+        if getattr(self, "_split", None) is None or self._split[0] is not self.index:
+            self._split = (self.index, *_split_pre_transform(self.index))
+        _, maps, searched = self._split
+        for matrix, bias in maps:
+            projected = vectors.astype(np.float64) @ matrix.T
+            vectors = np.ascontiguousarray(projected + bias if bias is not None else projected, dtype=np.float32)
+        return searched, vectors
 
     def save(self, path: Union[str, Path], compress_kb: bool = False) -> Path:
         """Write the index as a self-contained directory; return it. compress_kb: store the KB

@@ -1,7 +1,6 @@
 """Character n-gram tf-idf over concept names: search (scispaCy's candidate-generator algorithm,
 searched exactly instead of through an approximate nmslib index), and BioSyn's hybrid score
 for dense search hits."""
-import hashlib
 import json
 import logging
 import zipfile
@@ -96,13 +95,9 @@ class HybridRescorer:
         checksums, the fitted state is kept there, keyed by the KB's and rows' checksums, so a
         later load skips the names and the fitting (2 s and 140 MB at peak for the bundled
         index's 208k names); an unreadable state is fitted and written again."""
-        files = index.meta.get("files", {})
-        kb_file = next((files[name] for name in sorted(files) if name.startswith("kb.jsonl")), None)
-        if cache is None or kb_file is None or "rows.npy" not in files:
+        key = index.state_key(HYBRID_STATE_VERSION)
+        if cache is None or key is None:
             return cls(index.row_names(), weight)
-        key = hashlib.sha256(json.dumps(
-            [HYBRID_STATE_VERSION, kb_file["sha256"], files["rows.npy"]["sha256"],
-             index.meta.get("name_precedence"), len(index)]).encode()).hexdigest()[:16]
         folder = cache / f"hybrid-{key}"
         loaded: List["HybridRescorer"] = []
 
