@@ -1,15 +1,20 @@
 """What scispaCy's AbbreviationDetector found, as the linker uses it: a short form's long form
-(`long_forms`, from either of the detector's forms), entities put right by the definitions
-(`follow_long_forms`) and mention texts with short forms expanded (`expand_abbreviations`)."""
+(`long_forms`, from either of the detector's forms, with the definitions it misses added:
+`missed_definitions`), entities put right by the definitions (`follow_long_forms`) and mention
+texts with short forms expanded (`expand_abbreviations`)."""
 import re
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Optional
 
 from spacy.tokens import Doc, Span
 
+# What may close a short form inside its parenthesis: "(T)", "(PB: 15 mg/kg)", "(MDS; n = 12)".
+_SHORT_FORM_END = {")", ":", ";", ","}
 
-def long_forms(doc: Doc) -> Dict[str, Span]:
+
+def long_forms(doc: Doc, missed: bool = True) -> Dict[str, Span]:
     """Short form text → its long form's span, from scispaCy's AbbreviationDetector in either
-    form (spans, or dicts with make_serializable=True); the first definition of a short form wins."""
+    form (spans, or dicts with make_serializable=True); the first definition of a short form
+    wins. missed: add the definitions the detector misses (`missed_definitions`)."""
     if not Doc.has_extension("abbreviations"):
         return {}
     found: Dict[str, Span] = {}
@@ -21,7 +26,79 @@ def long_forms(doc: Doc) -> Dict[str, Span]:
         long_form = getattr(short._, "long_form", None) if Span.has_extension("long_form") else None
         if isinstance(long_form, Span):
             found.setdefault(short.text, long_form)
+    if missed:
+        for short, form in missed_definitions(doc, found).items():
+            found.setdefault(short, form)
     return found
+
+
+def missed_definitions(doc: Doc, found: Dict[str, Span]) -> Dict[str, Span]:
+    """Definitions scispaCy's detector (Schwartz & Hearst's algorithm) does not report, as Ab3P,
+    the detector BioSyn's protocol used, does: a short form followed by more text in its
+    parenthesis ("phenobarbital (PB: 15 mg/kg)", "(T, 5 mg)"); a one-letter short form, which
+    must be the initial of the word before it ("testosterone (T)"); a plural short form whose
+    "s" the long form lacks ("excited delirium (EDDs)"); and the singular of a plural short form
+    ("VSD" once "ventricular septal defects (VSDs)" is defined). `found`: what the detector
+    found, which these never replace."""
+    from scispacy.abbreviation import find_abbreviation
+
+    added: Dict[str, Span] = {}
+    for open_at in (t.i for t in doc if t.text == "(" and t.i > 0):
+        end = open_at + 1
+        while end < len(doc) and end - open_at <= 3 and doc[end].text not in _SHORT_FORM_END:
+            if end > open_at + 1 and doc[end - 1].whitespace_:
+                break
+            end += 1
+        if end >= len(doc) or doc[end].text not in _SHORT_FORM_END or end == open_at + 1:
+            continue
+        short = doc[open_at + 1:end].text
+        if short in found or short in added or not _short_form(short):
+            continue
+        long_form = _long_form(doc, open_at, short, find_abbreviation)
+        if long_form is not None:
+            added[short] = long_form
+    for short, form in list({**found, **added}.items()):
+        singular = short[:-1]
+        if _plural(short) and singular not in found and singular not in added:
+            added[singular] = form
+    return added
+
+
+def _short_form(text: str) -> bool:
+    """A short form: 1 to 10 characters, the first a letter, at least half letters, and two
+    capitals, or one in a form of one or two characters; a capitalised word ("paclitaxel
+    (Taxol)") is a synonym, not a short form."""
+    capitals = sum(c.isupper() for c in text)
+    return (0 < len(text) <= 10 and text[0].isalpha() and (capitals >= 2 or (capitals and len(text) <= 2))
+            and sum(c.isalpha() for c in text) * 2 >= len(text) and " " not in text)
+
+
+def _plural(short: str) -> bool:
+    """ "VSDs", "PAs": upper-case letters and a lower-case "s"."""
+    return len(short) >= 3 and short.endswith("s") and short[:-1].isupper()
+
+
+def _long_form(doc: Doc, open_at: int, short: str, find_abbreviation) -> Optional[Span]:
+    """The long form of `short` in the words before the parenthesis at `open_at`, or None."""
+    if len(short) == 1:
+        word = doc[open_at - 1]
+        fits = word.is_alpha and len(word) >= 3 and word.text[0].lower() == short.lower()
+        return doc[open_at - 1:open_at] if fits else None
+    n_words = min(len(short) + 5, len(short) * 2)
+    candidate = doc[max(open_at - n_words, 0):open_at]
+    for form in (short, short[:-1]) if _plural(short) else (short,):
+        _, long_form = find_abbreviation(candidate, Doc(doc.vocab, words=[form])[:])
+        if long_form is not None and len(long_form.text) > len(form):
+            # Schwartz & Hearst stop at the nearest word with the right initial, which can take
+            # a letter from inside a word: "attenuated adenomatous polyposis coli (AAPC)" gives
+            # "adenomatous polyposis coli". While the short form has more letters than the long
+            # form words, a word before with its initial joins.
+            start, letters = long_form.start, sum(c.isalpha() for c in form)
+            while (start > candidate.start and long_form.end - start < letters and doc[start - 1].is_alpha
+                   and doc[start - 1].text[0].lower() == form[0].lower()):
+                start -= 1
+            return doc[start:long_form.end]
+    return None
 
 
 def follow_long_forms(ents: Iterable[Span], forms: Dict[str, Span]) -> List[Span]:

@@ -38,7 +38,8 @@ class PipeSettings:
     """What the pipe links and where it writes (knobs of the pipe's config).
 
     resolve_abbreviations: link the long form of abbreviations found by scispaCy's
-        AbbreviationDetector (`doc._.abbreviations`).
+        AbbreviationDetector (`doc._.abbreviations`), with the definitions it misses
+        (abbreviations.missed_definitions) when such a detector runs before this pipe.
     follow_long_forms: put entities right by the abbreviations' definitions: an entity that ends
         a long form but starts inside it ("diabetes mellitus" of "non-insulin-dependent
         diabetes mellitus (NIDDM)") is widened to it, and a short form takes the label of the
@@ -106,6 +107,7 @@ def make_sapbert_linker(nlp: Language, name: str, encoder: EncoderLoader, index:
     `candidates.CandidateSettings` and `PipeSettings` (README, Config).
     """
     linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, **settings)
+    linker.nlp = nlp
     _check_labels_against_ner(nlp, linker.labels)
     return linker
 
@@ -189,6 +191,7 @@ class SapBERTLinker(Pipe):
         self.name = name
         self.encoder_loader, self.index_loader = loaders_and_settings[:2]
         self.generator: Optional[CandidateGenerator] = None
+        self.nlp: Optional[Language] = None  # the pipeline it belongs to (the factory sets it)
         self._compact: Optional[Path] = None  # the compact index a searched graph was built over
         self._candidates_store = _register_extensions(self.cui_attr, self.score_attr, self.candidates_attr)
 
@@ -277,10 +280,23 @@ class SapBERTLinker(Pipe):
 
     # -- linking --------------------------------------------------------------------------
 
+    def _detector_runs_first(self) -> bool:
+        """Whether a scispaCy AbbreviationDetector runs before this pipe: only then are the
+        definitions it misses added, so that a pipeline without one resolves nothing, whatever
+        another pipeline of the process registered."""
+        from scispacy.abbreviation import AbbreviationDetector
+
+        for _, pipe in self.nlp.pipeline if self.nlp is not None else ():
+            if pipe is self:
+                break
+            if isinstance(pipe, AbbreviationDetector):
+                return True
+        return False
+
     def _mentions(self, doc: Doc) -> Tuple[List[Span], List[Optional[Mention]]]:
         """The entities to annotate (put right by the long forms where asked) and, for each, the
         mention it is linked as (text, type prefixes), or None when its label is not linked."""
-        forms = long_forms(doc) if self.resolve_abbreviations else {}
+        forms = long_forms(doc, missed=self._detector_runs_first()) if self.resolve_abbreviations else {}
         spans = doc.spans.get(self.spans_key, []) if self.spans_key else doc.ents
         ents = follow_long_forms(spans, forms) if self.follow_long_forms else list(spans)
         abbreviations = {short: form.text for short, form in forms.items()}

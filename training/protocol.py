@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from spacy_sapbert.kb import Concept, KnowledgeBase, name_key
-from spacy_sapbert.abbreviations import expand_abbreviations
+from spacy_sapbert.abbreviations import expand_abbreviations, long_forms
 
 from .datasets import Document, Mention
 
@@ -59,9 +59,11 @@ class TextNormaliser:
         return " ".join(_PUNCTUATION.split(" ".join(tokens))).strip()
 
 
-def document_abbreviations(documents: Iterable[Document], batch_size: int = 32) -> Dict[str, Dict[str, str]]:
-    """Short form → long form for each document, from scispaCy's AbbreviationDetector over
-    spaCy's English tokenizer, with a ")" before a hyphen split off (split_close_before_hyphen)."""
+def document_abbreviations(documents: Iterable[Document], batch_size: int = 32,
+                           missed: bool = True) -> Dict[str, Dict[str, str]]:
+    """Short form → long form for each document, as the pipe reads them (abbreviations.long_forms):
+    scispaCy's AbbreviationDetector over spaCy's English tokenizer, with a ")" before a hyphen
+    split off (split_close_before_hyphen), and, with `missed`, the definitions it misses."""
     import scispacy.abbreviation  # noqa: F401  (registers the factory)
     import spacy
 
@@ -72,9 +74,7 @@ def document_abbreviations(documents: Iterable[Document], batch_size: int = 32) 
     documents = list(documents)
     found: Dict[str, Dict[str, str]] = {}
     for document, doc in zip(documents, nlp.pipe((d.text for d in documents), batch_size=batch_size)):
-        pairs = found.setdefault(document.doc_id, {})
-        for short in doc._.abbreviations:
-            pairs.setdefault(short.text, short._.long_form.text)
+        found[document.doc_id] = {short: form.text for short, form in long_forms(doc, missed).items()}
     return found
 
 

@@ -1,0 +1,80 @@
+"""Definitions scispaCy's AbbreviationDetector misses, added by abbreviations.missed_definitions
+for the harness (document_abbreviations) and the pipe (long_forms) alike."""
+import pytest
+
+from training import datasets as ds
+from training.protocol import document_abbreviations
+
+from conftest import ruler_nlp
+
+
+def defined(text, missed=True):
+    return document_abbreviations([ds.Document("1", text)], missed=missed)["1"]
+
+
+@pytest.mark.parametrize("text, short, long_form", [
+    ("the effect of phenobarbital (PB: 15 mg/kg) on rats", "PB", "phenobarbital"),
+    ("given diethylnitrosamine (DEN; 10 mg/kg/day) daily", "DEN", "diethylnitrosamine"),
+    ("rats treated with testosterone (T, 5 mg) were", "T", "testosterone"),
+    ("Serum prolactin (PRL) and testosterone (T) fell.", "T", "testosterone"),
+    ("deaths from cocaine-induced excited delirium (EDDs) were", "EDDs", "excited delirium"),
+    # Schwartz & Hearst alone stop at "adenomatous": the word before with the initial joins
+    ("kindreds with attenuated adenomatous polyposis coli (AAPC; n = 3) were", "AAPC",
+     "attenuated adenomatous polyposis coli"),
+])
+def test_definitions_the_detector_misses(text, short, long_form):
+    assert short not in defined(text, missed=False)
+    assert defined(text)[short] == long_form
+
+
+def test_a_plural_short_form_defines_its_singular():
+    found = defined("NSAIDs induce ventricular septal defects (VSDs) in rats. One VSD was large.")
+    assert found["VSDs"] == found["VSD"] == "ventricular septal defects"
+
+
+@pytest.mark.parametrize("text", [
+    "Five months after starting nifedipine (Adalat) she fell.",  # a brand name, not a short form
+    "rats got saline (C) twice",  # one letter must be the initial of the word before
+    "intravenous thyroxine (T4) was given",  # the digit is in no word before
+    "as shown before (see Methods) the",
+])
+def test_what_is_not_a_definition(text):
+    assert defined(text) == defined(text, missed=False)
+
+
+def test_the_detectors_own_definitions_stand():
+    text = "Acute renal failure (ARF) was seen. Later ARF recurred."
+    assert defined(text) == defined(text, missed=False) == {"ARF": "Acute renal failure"}
+
+
+@pytest.mark.parametrize("serializable", [False, True])
+def test_the_pipe_links_a_missed_short_form_as_its_long_form(tiny_model, tiny_index_dir, serializable):
+    import scispacy.abbreviation  # noqa: F401
+
+    nlp = ruler_nlp([("Chemical", "metformin"), ("Chemical", "M")])
+    nlp.add_pipe("abbreviation_detector", config={"make_serializable": serializable})
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)},
+                                           "index": {"index": str(tiny_index_dir)}, "threshold": 0.0})
+    doc = nlp("Rats got metformin (M: 5 mg/kg) daily, and M lowered glucose.")
+    # scispaCy's detector finds no one-letter short form; "M" alone links to aspirin here
+    assert [(e.text, e._.cui) for e in doc.ents] == [("metformin", "D008687"), ("M", "D008687"), ("M", "D008687")]
+
+
+
+def test_without_a_detector_before_the_pipe_nothing_is_resolved(tiny_model, tiny_index_dir):
+    """The extension another pipeline's detector registered is no reason to resolve: the same
+    text links alike with or without that other pipeline in the process."""
+    import scispacy.abbreviation  # noqa: F401
+
+    text = "Rats got metformin (M: 5 mg/kg) daily, and M lowered glucose."
+    config = {"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0}
+    with_detector = ruler_nlp([("Chemical", "metformin"), ("Chemical", "M")])
+    with_detector.add_pipe("abbreviation_detector")
+    with_detector.add_pipe("sapbert_linker", config=config)
+    without = ruler_nlp([("Chemical", "metformin"), ("Chemical", "M")])
+    without.add_pipe("sapbert_linker", config=config)
+    after = ruler_nlp([("Chemical", "metformin"), ("Chemical", "M")])
+    after.add_pipe("sapbert_linker", config=config)
+    after.add_pipe("abbreviation_detector")
+    assert [e._.cui for e in with_detector(text).ents] == ["D008687"] * 3
+    assert [e._.cui for e in without(text).ents][1:] == [e._.cui for e in after(text).ents][1:] != ["D008687"] * 2
