@@ -139,6 +139,19 @@ def test_dictionary_additions_per_protocol(pubtator):
     assert ("D020388", "dmd") in standard and all(i != "D010051" for i, _ in standard)
 
 
+def test_a_composite_the_corpus_splits_gives_each_part_to_its_id(tmp_path):
+    """BC5CDR's seventh column splits a composite in the ids' order: each part joins the
+    standard dictionary under its own id; a split whose count differs from the ids' is ignored."""
+    path = tmp_path / "cdr.txt"
+    path.write_text("1|t|Hemorrhagic cystitis and renal and hepatic failure.\n1|a|x\n"
+                    "1\t0\t20\tHemorrhagic cystitis\tDisease\tD006470|D003556\themorrhagic|cystitis\n"
+                    "1\t25\t51\trenal and hepatic failure.\tDisease\tD058186|D017093\trenal failure\n")
+    split, unsplit = ds.read_pubtator(path).mentions
+    assert split.parts == ["hemorrhagic", "cystitis"] and unsplit.parts == []
+    assert dictionary_additions([split, unsplit], "standard") == [("D006470", "hemorrhagic"), ("D003556", "cystitis")]
+    assert ("D006470", "Hemorrhagic cystitis") in dictionary_additions([split], "lenient")
+
+
 def test_training_names_go_to_the_concept_training_gives_them():
     kb = KnowledgeBase([
         Concept("D006505", "hepatitis", ["liver inflammation"], types=["MEDIC"]),

@@ -27,6 +27,9 @@ class Mention:
 
     ids: gold concept ids, normalised ("D012345", "OMIM:123"); several for a composite mention.
     composite: the ids were joined with '|' or '+' (the mention names several concepts).
+    parts: the corpus's own split of a composite mention, one text per id in the ids' order
+        (BC5CDR's seventh column: "hemorrhagic|cystitis" for D006470|D003556); [] where the
+        corpus gives none or its count differs from the ids'.
     """
 
     doc_id: str
@@ -36,6 +39,7 @@ class Mention:
     type: str
     ids: List[str]
     composite: bool = False
+    parts: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -118,7 +122,7 @@ def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None, keep_un
         columns = _mention_columns(path, line_no, line, documents)
         if columns is None:  # a relation line
             continue
-        doc, start, end, kind, raw_ids = columns
+        doc, start, end, kind, raw_ids, raw_parts = columns
         if types is not None and kind not in types:
             continue
         if raw_ids.strip() in (UNLINKABLE, ""):
@@ -128,7 +132,9 @@ def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None, keep_un
             ids, composite = [], False
         else:
             ids, composite = split_ids(raw_ids)
-        doc.mentions.append(Mention(doc.doc_id, start, end, doc.text[start:end], kind, ids, composite))
+        parts = [p.strip() for p in raw_parts.split("|")] if composite and raw_parts.strip() else []
+        doc.mentions.append(Mention(doc.doc_id, start, end, doc.text[start:end], kind, ids, composite,
+                                    parts if len(parts) == len(ids) and all(parts) else []))
     if n_unlinkable:
         logger.info("%s: left out %d unlinkable (-1) mentions.", path, n_unlinkable)
     return Corpus(ordered, n_unlinkable)
@@ -136,9 +142,10 @@ def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None, keep_un
 
 def _mention_columns(
     path: PathLike, line_no: int, line: str, documents: Dict[str, Document],
-) -> Optional[Tuple[Document, int, int, str, str]]:
-    """A PubTator mention line's document, offsets, type and raw ids, once its columns parse and
-    its offsets give its mention in that document's text; None for a relation line."""
+) -> Optional[Tuple[Document, int, int, str, str, str]]:
+    """A PubTator mention line's document, offsets, type, raw ids and raw composite parts (the
+    seventh column, "" where there is none), once its columns parse and its offsets give its
+    mention in that document's text; None for a relation line."""
     cols = line.split("\t")
     if len(cols) == 4 and cols[1] in ("CID",):
         return None
@@ -160,7 +167,7 @@ def _mention_columns(
             f"{path}:{line_no}: offsets {start}-{end} give {doc.text[int(start):int(end)]!r}, "
             f"not the mention {text!r}; fix the offsets."
         )
-    return doc, int(start), int(end), kind, raw_ids
+    return doc, int(start), int(end), kind, raw_ids, cols[6] if len(cols) > 6 else ""
 
 
 def read_cadec_pairs(path: PathLike) -> List[Mention]:
