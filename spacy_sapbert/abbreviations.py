@@ -40,8 +40,6 @@ def missed_definitions(doc: Doc, found: Dict[str, Span]) -> Dict[str, Span]:
     "s" the long form lacks ("excited delirium (EDDs)"); and the singular of a plural short form
     ("VSD" once "ventricular septal defects (VSDs)" is defined). `found`: what the detector
     found, which these never replace."""
-    from scispacy.abbreviation import find_abbreviation
-
     added: Dict[str, Span] = {}
     for open_at in (t.i for t in doc if t.text == "(" and t.i > 0):
         end = open_at + 1
@@ -54,7 +52,7 @@ def missed_definitions(doc: Doc, found: Dict[str, Span]) -> Dict[str, Span]:
         short = doc[open_at + 1:end].text
         if short in found or short in added or not _short_form(short):
             continue
-        long_form = _long_form(doc, open_at, short, find_abbreviation)
+        long_form = _long_form(doc, open_at, short)
         if long_form is not None:
             added[short] = long_form
     for short, form in list({**found, **added}.items()):
@@ -78,8 +76,10 @@ def _plural(short: str) -> bool:
     return len(short) >= 3 and short.endswith("s") and short[:-1].isupper()
 
 
-def _long_form(doc: Doc, open_at: int, short: str, find_abbreviation) -> Optional[Span]:
+def _long_form(doc: Doc, open_at: int, short: str) -> Optional[Span]:
     """The long form of `short` in the words before the parenthesis at `open_at`, or None."""
+    from scispacy.abbreviation import find_abbreviation
+
     if len(short) == 1:
         word = doc[open_at - 1]
         fits = word.is_alpha and len(word) >= 3 and word.text[0].lower() == short.lower()
