@@ -72,7 +72,7 @@ def _short_form(text: str) -> bool:
 
 
 def _plural(short: str) -> bool:
-    """ "VSDs", "PAs": upper-case letters and a lower-case "s"."""
+    """A plural short form: capitals, then a lower-case "s" ("VSDs", "PAs")."""
     return len(short) >= 3 and short.endswith("s") and short[:-1].isupper()
 
 
