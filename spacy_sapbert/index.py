@@ -411,9 +411,12 @@ class ConceptIndex:
         index) and kept in the cache (1.7 MB), so a later load reads it in milliseconds."""
         if getattr(self, "_row_keys", None) is not None and len(self._row_keys) == len(self):
             return self._row_keys
+        def made() -> np.ndarray:
+            return np.array([name_hash(name) for name in self.row_names()], dtype=np.uint64)
+
         key = self.state_key("row-keys", ROW_KEYS_VERSION)
         if key is None:
-            self._row_keys = np.array([name_hash(name) for name in self.row_names()], dtype=np.uint64)
+            self._row_keys = made()
             return self._row_keys
         folder = cache_dir() / f"row-keys-{key}"
 
@@ -428,7 +431,7 @@ class ConceptIndex:
             return len(self._row_keys) == len(self)
 
         def build(staging: Path) -> None:
-            np.save(staging / "keys.npy", np.array([name_hash(n) for n in self.row_names()], dtype=np.uint64))
+            np.save(staging / "keys.npy", made())
             (staging / "files.json").write_text(json.dumps(file_records(staging, ["keys.npy"]), indent=2))
 
         cached_build(folder, build, intact, "index rows' exact-name keys", takes="about a second for the bundled index")
