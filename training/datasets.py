@@ -279,7 +279,7 @@ def drug_name_variants() -> Dict[str, List[str]]:
     variants: Dict[str, List[str]] = {}
     for variant, drugs in sorted(data["drug_variant_to_canonical"].items()):
         for drug in drugs:
-            for name in {drug, canonical.get(drug, {}).get("name", drug)}:
+            for name in sorted({drug, canonical.get(drug, {}).get("name", drug)}):  # one order every run
                 variants.setdefault(name, []).append(variant)
     return variants
 
