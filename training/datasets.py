@@ -6,7 +6,7 @@ import importlib.util
 import logging
 import pickle
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
@@ -261,6 +261,8 @@ DRUG_NAMES_FILE = "drug_ner_dictionary.pkl.bz2"
 
 
 def _drug_key(name: str) -> str:
+    """A name as add_drug_names compares it. protocol.TextNormaliser reads names much the same way,
+    but protocol imports this module, and the architecture test forbids the cycle."""
     return " ".join(re.sub(r"[\W_]+", " ", name.casefold()).split())
 
 
@@ -290,24 +292,26 @@ def add_drug_names(kb: KnowledgeBase) -> KnowledgeBase:
     labetalol), where CTD's vocabulary, the papers' dictionary, has MeSH's full entry terms. A
     variant of drug-named-entity-recognition's dictionary becomes a name of every concept that
     bears its canonical drug's name, unless some concept already bears the variant (MeSH's own
-    naming stays as it is). Names are compared case-folded, punctuation as spaces."""
-    by_name: Dict[str, List[Concept]] = {}
+    naming stays as it is). Names are compared case-folded, punctuation as spaces (_drug_key)."""
+    owners: Dict[str, Dict[str, None]] = {}  # name → the ids of the concepts bearing it, in KB order
     for concept in kb:
         for name in concept.names:
-            by_name.setdefault(_drug_key(name), []).append(concept)
-    added: Dict[str, Dict[str, str]] = {}  # concept id → key → the variant's first spelling
+            owners.setdefault(_drug_key(name), {})[concept.concept_id] = None
+    added: Dict[str, Dict[str, str]] = {}  # concept id → name → the variant's first spelling
     for drug, variants in drug_name_variants().items():
-        for concept in by_name.get(_drug_key(drug), []):
-            for variant in variants:
-                if _drug_key(variant) not in by_name:
-                    added.setdefault(concept.concept_id, {}).setdefault(_drug_key(variant), variant)
-    out = KnowledgeBase(name=f"{kb.name}+drug-names", version=kb.version)
-    for concept in kb:
-        extra = sorted(added.get(concept.concept_id, {}).values())
-        out.add(Concept(concept.concept_id, concept.canonical_name, concept.aliases + extra, concept.types,
-                        concept.definition, concept.alt_ids, concept.xrefs, concept.broader))
+        drug_owners = owners.get(_drug_key(drug))
+        if not drug_owners:
+            continue
+        for variant in variants:
+            variant_key = _drug_key(variant)
+            if variant_key not in owners:
+                for concept_id in drug_owners:
+                    added.setdefault(concept_id, {}).setdefault(variant_key, variant)
     logger.info("Drug names: %d names added to %d concepts.", sum(map(len, added.values())), len(added))
-    return out
+    return KnowledgeBase(
+        (replace(c, aliases=c.aliases + sorted(added.get(c.concept_id, {}).values())) for c in kb),
+        name=f"{kb.name}+drug-names", version=kb.version,
+    )
 
 
 def cadec_fold(data_dir: PathLike, fold: int = 0) -> Path:
