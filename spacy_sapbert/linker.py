@@ -39,7 +39,9 @@ class PipeSettings:
 
     resolve_abbreviations: link the long form of abbreviations found by scispaCy's
         AbbreviationDetector (`doc._.abbreviations`), with the definitions it misses
-        (abbreviations.missed_definitions) when such a detector runs before this pipe.
+        (abbreviations.missed_definitions) when such a detector runs before this pipe, and
+        then a short form the text never defines as the one other entity it abbreviates
+        ("OAB" after "overactive bladder": abbreviations.undefined_short_forms).
     follow_long_forms: put entities right by the abbreviations' definitions: an entity that ends
         a long form but starts inside it ("diabetes mellitus" of "non-insulin-dependent
         diabetes mellitus (NIDDM)") is widened to it, and a short form takes the label of the
@@ -296,8 +298,9 @@ class SapBERTLinker(Pipe):
     def _mentions(self, doc: Doc) -> Tuple[List[Span], List[Optional[Mention]]]:
         """The entities to annotate (put right by the long forms where asked) and, for each, the
         mention it is linked as (text, type prefixes), or None when its label is not linked."""
-        forms = long_forms(doc, missed=self._detector_runs_first()) if self.resolve_abbreviations else {}
         spans = doc.spans.get(self.spans_key, []) if self.spans_key else doc.ents
+        forms = (long_forms(doc, missed=self._detector_runs_first(), entities=spans)
+                 if self.resolve_abbreviations else {})
         ents = follow_long_forms(spans, forms) if self.follow_long_forms else list(spans)
         abbreviations = {short: form.text for short, form in forms.items()}
         types_by_label = self._types_by_label()

@@ -78,3 +78,51 @@ def test_without_a_detector_before_the_pipe_nothing_is_resolved(tiny_model, tiny
     after.add_pipe("abbreviation_detector")
     assert [e._.cui for e in with_detector(text).ents] == ["D008687"] * 3
     assert [e._.cui for e in without(text).ents][1:] == [e._.cui for e in after(text).ents][1:] != ["D008687"] * 2
+
+
+def used_without_definition(text, mentions, missed=True):
+    """document_abbreviations with `mentions` (texts, each at its first place in `text`) as
+    the document's entities."""
+    found = [ds.Mention("1", text.index(m), text.index(m) + len(m), m, "Disease", ["D1"]) for m in mentions]
+    return document_abbreviations([ds.Document("1", text)], missed=missed, mentions=found)["1"]
+
+
+@pytest.mark.parametrize("text, mentions, short, long_form", [
+    # never defined in a parenthesis; "A" comes from inside "overactive", as Schwartz & Hearst allow
+    ("Urine of women with overactive bladder. We studied OAB in 65 women.",
+     ["overactive bladder", "OAB"], "OAB", "overactive bladder"),
+    ("Insulin-dependent diabetes mellitus is common. IDDM was seen in 7.",
+     ["Insulin-dependent diabetes mellitus", "IDDM"], "IDDM", "Insulin-dependent diabetes mellitus"),
+])
+def test_a_short_form_used_without_definition_takes_the_entity_it_abbreviates(text, mentions, short, long_form):
+    assert short not in used_without_definition(text, mentions, missed=False)
+    assert used_without_definition(text, mentions)[short] == long_form
+
+
+@pytest.mark.parametrize("text, mentions", [
+    # letters match, but the initials of "DMPK deficient" are D, D: DM does not spell them
+    ("DMPK deficient mice. DM patients.", ["DMPK deficient", "DM"]),
+    # two entities it could abbreviate: none is chosen
+    ("acute renal failure and acute rheumatic fever; ARF.", ["acute renal failure", "acute rheumatic fever", "ARF"]),
+    # a one-word entity is no long form
+    ("Metformin. MET", ["Metformin", "MET"]),
+])
+def test_no_entity_to_abbreviate(text, mentions):
+    assert used_without_definition(text, mentions) == used_without_definition(text, mentions, missed=False) == {}
+
+
+def test_a_definition_in_the_text_is_kept_over_an_entity():
+    text = "Acute renal failure (ARF) and acute rheumatoid fever. ARF."
+    found = used_without_definition(text, ["Acute renal failure", "acute rheumatoid fever", "ARF"])
+    assert found == {"ARF": "Acute renal failure"}
+
+
+def test_the_pipe_links_a_short_form_used_without_definition(tiny_model, tiny_index_dir):
+    import scispacy.abbreviation  # noqa: F401
+
+    config = {"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0}
+    nlp = ruler_nlp([("Chemical", "acetylsalicylic acid"), ("Chemical", "ASA")])
+    nlp.add_pipe("abbreviation_detector")
+    nlp.add_pipe("sapbert_linker", config=config)
+    doc = nlp("Rats got acetylsalicylic acid daily. ASA lowered pain.")
+    assert [(e.text, e._.cui) for e in doc.ents] == [("acetylsalicylic acid", "D001241"), ("ASA", "D001241")]
