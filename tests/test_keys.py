@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from spacy_sapbert.kb import Concept, KnowledgeBase
-from training.keys import KeySetError, kb_keyset, ontology_queries, read_keyset, write_keyset, xref_concept
+from training.keys import (KeySetError, kb_keyset, ontology_queries, read_keyset, typo_queries, write_keyset,
+                          xref_concept)
 from training.protocol import TextNormaliser
 from training.batches import QueryBatches
 from training.config import TrainConfig, TrainingConfigError
@@ -138,6 +139,35 @@ def test_ontology_names_become_queries_of_the_concept_they_cross_reference():
                               ("headache", "25064002"), ("head ache", "25064002"), ("cephalgia", "25064002")])
     # The same input gives the same queries.
     assert ontology_queries(names, cuis, [hpo], TextNormaliser()) == queries
+
+
+def one_edit(a, b):
+    """Whether `a` is `b` with one letter dropped, added, changed or swapped with the next."""
+    if len(a) < len(b):
+        a, b = b, a
+    if len(a) == len(b) + 1:
+        return any(a[:i] + a[i + 1:] == b for i in range(len(a)))
+    diff = [i for i in range(len(a)) if a[i] != b[i]]
+    return len(a) == len(b) and (len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                                     and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]))
+
+
+def test_misspelt_copies_of_queries_are_one_edit_away_and_seeded():
+    names, cuis = ["dizziness", "dizzyness", "diarrhoea", "ringing in ear"], ["1", "1", "2", "3"]
+    queries = [("dizziness", "1"), ("the runs", "2"), ("ringing in the ears", "3"), ("gas", "4")]
+    copies = typo_queries(queries, 3, names, cuis, seed=0)
+    assert copies == typo_queries(queries, 3, names, cuis, seed=0) != typo_queries(queries, 3, names, cuis, seed=1)
+    originals = dict((cui, text) for text, cui in queries)
+    for text, cui in copies:
+        original = originals[cui]
+        # one edit in one word of four or more letters, whose first letter stays
+        assert one_edit(text, original)
+        changed = [(a, b) for a, b in zip(text.split(), original.split()) if a != b]
+        assert len(changed) == 1 and len(changed[0][1]) >= 4 and changed[0][0][0] == changed[0][1][0]
+    assert "4" not in {cui for _, cui in copies}  # "gas": no word long enough
+    # a copy that spells a name of another concept is left out
+    assert typo_queries([("dizzyness", "2")], 50, names, cuis) == [
+        q for q in typo_queries([("dizzyness", "2")], 50, [], []) if q[0] != "dizziness"]
 
 
 def test_a_damaged_keyset_is_named(tmp_path):

