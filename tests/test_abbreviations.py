@@ -84,7 +84,7 @@ def used_without_definition(text, mentions, missed=True):
     """document_abbreviations with `mentions` (texts, each at its first place in `text`) as
     the document's entities."""
     found = [ds.Mention("1", text.index(m), text.index(m) + len(m), m, "Disease", ["D1"]) for m in mentions]
-    return document_abbreviations([ds.Document("1", text)], missed=missed, mentions=found)["1"]
+    return document_abbreviations([ds.Document("1", text, found)], missed=missed)["1"]
 
 
 @pytest.mark.parametrize("text, mentions, short, long_form", [

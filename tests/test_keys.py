@@ -123,6 +123,14 @@ def test_cross_references_name_the_ids_dictionaries_write():
     assert xref_concept("UMLS_CUI:C0040264") == "C0040264"
 
 
+def name_lookup(names, cuis):
+    """KnowledgeBase.name_lookup() of a dictionary with these (name, concept) rows."""
+    concepts = {}
+    for name, cui in zip(names, cuis):
+        concepts.setdefault(cui, []).append(name)
+    return KnowledgeBase([Concept(cui, rows[0], aliases=rows[1:]) for cui, rows in concepts.items()]).name_lookup()
+
+
 def test_ontology_names_become_queries_of_the_concept_they_cross_reference():
     # CADEC-like dictionary: SNOMED CT codes, one name each.
     names, cuis = ["tinnitus", "ringing in ear", "headache"], ["60862001", "162352007", "25064002"]
@@ -132,13 +140,13 @@ def test_ontology_names_become_queries_of_the_concept_they_cross_reference():
         Concept("HP:0002315", "Headache", aliases=["Head-ache", "Cephalgia"], xrefs=["SNOMED_CT:25064002"]),
         Concept("HP:9999999", "Unrelated", xrefs=["SNOMEDCT_US:1"]),
     ], name="hp")
-    queries = ontology_queries(names, cuis, [hpo], TextNormaliser())
+    queries = ontology_queries(name_lookup(names, cuis), [hpo], TextNormaliser())
     # Normalised as mentions are; "ringing in ear" is another concept's name, so it is left out;
     # a concept's own name may stay (the loss finds it through its other names).
     assert queries == sorted([("tinnitus", "60862001"), ("ringing in the ears", "60862001"),
                               ("headache", "25064002"), ("head ache", "25064002"), ("cephalgia", "25064002")])
     # The same input gives the same queries.
-    assert ontology_queries(names, cuis, [hpo], TextNormaliser()) == queries
+    assert ontology_queries(name_lookup(names, cuis), [hpo], TextNormaliser()) == queries
 
 
 def one_edit(a, b):
@@ -155,8 +163,9 @@ def one_edit(a, b):
 def test_misspelt_copies_of_queries_are_one_edit_away_and_seeded():
     names, cuis = ["dizziness", "dizzyness", "diarrhoea", "ringing in ear"], ["1", "1", "2", "3"]
     queries = [("dizziness", "1"), ("the runs", "2"), ("ringing in the ears", "3"), ("gas", "4")]
-    copies = typo_queries(queries, 3, names, cuis, seed=0)
-    assert copies == typo_queries(queries, 3, names, cuis, seed=0) != typo_queries(queries, 3, names, cuis, seed=1)
+    bearers = name_lookup(names, cuis)
+    copies = typo_queries(queries, 3, bearers, seed=0)
+    assert copies == typo_queries(queries, 3, bearers, seed=0) != typo_queries(queries, 3, bearers, seed=1)
     originals = dict((cui, text) for text, cui in queries)
     for text, cui in copies:
         original = originals[cui]
@@ -166,8 +175,8 @@ def test_misspelt_copies_of_queries_are_one_edit_away_and_seeded():
         assert len(changed) == 1 and len(changed[0][1]) >= 4 and changed[0][0][0] == changed[0][1][0]
     assert "4" not in {cui for _, cui in copies}  # "gas": no word long enough
     # a copy that spells a name of another concept is left out
-    assert typo_queries([("dizzyness", "2")], 50, names, cuis) == [
-        q for q in typo_queries([("dizzyness", "2")], 50, [], []) if q[0] != "dizziness"]
+    assert typo_queries([("dizzyness", "2")], 50, bearers) == [
+        q for q in typo_queries([("dizzyness", "2")], 50, {}) if q[0] != "dizziness"]
 
 
 def test_a_damaged_keyset_is_named(tmp_path):

@@ -68,8 +68,7 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
         mentions, n_unlinkable = corpus.mentions, corpus.n_unlinkable
         training_splits = ["train"] + (["dev"] if split == "test" else [])
         training = [m for s in training_splits for m in ds.load_pubtator_split(dataset, s, data_dir).mentions]
-        abbreviations = (document_abbreviations(corpus.documents, mentions=corpus.mentions)
-                         if protocol == "standard" else {})
+        abbreviations = document_abbreviations(corpus.documents) if protocol == "standard" else {}
     queries = build_queries(mentions, protocol, abbreviations, normalise)
     dictionary = ds.base_dictionary(dataset, data_dir)
     if protocol == "standard":

@@ -194,17 +194,14 @@ def xref_concept(xref: str) -> str:
     return code if namespace.startswith("SNOMED") else corpus_id(key)
 
 
-def ontology_queries(names: Sequence[str], cuis: Sequence[str], ontologies: Sequence[KnowledgeBase],
+def ontology_queries(bearers: Dict[str, Sequence[str]], ontologies: Sequence[KnowledgeBase],
                      normalise) -> List[Tuple[str, str]]:
     """Distant synonyms: every name of an ontology term that cross-references a dictionary
     concept (HPO's "ringing in the ears" for CADEC's SNOMED CT tinnitus), normalised as the
-    protocol normalises mentions, as a query for that concept. A name the dictionary gives
-    another concept is left out: it would teach the encoder against an exact name. The
-    dictionary itself is unchanged."""
-    known = set(cuis)
-    bearers: Dict[str, set] = {}
-    for name, cui in zip(names, cuis):
-        bearers.setdefault(name_key(name), set()).add(cui)
+    protocol normalises mentions, as a query for that concept. `bearers`: the dictionary's
+    KnowledgeBase.name_lookup(). A name the dictionary gives another concept is left out: it
+    would teach the encoder against an exact name. The dictionary itself is unchanged."""
+    known = {cui for cuis in bearers.values() for cui in cuis}
     queries = set()
     for ontology in ontologies:
         for concept in ontology:
@@ -212,21 +209,19 @@ def ontology_queries(names: Sequence[str], cuis: Sequence[str], ontologies: Sequ
             for cui in sorted(targets):
                 for name in [concept.canonical_name, *concept.aliases]:
                     text = normalise(name)
-                    if text and not bearers.get(name_key(text), set()) - {cui}:
+                    if text and not set(bearers.get(name_key(text), ())) - {cui}:
                         queries.add((text, cui))
     return sorted(queries)
 
 
-def typo_queries(queries: Sequence[Tuple[str, str]], per_query: int, names: Sequence[str], cuis: Sequence[str],
+def typo_queries(queries: Sequence[Tuple[str, str]], per_query: int, bearers: Dict[str, Sequence[str]],
                  seed: int = 0) -> List[Tuple[str, str]]:
     """Misspelt copies of queries, for corpora written by patients ("dizzines", "diarreah"):
     `per_query` copies of each, one edit in one word of four or more letters (a letter
     dropped, added, swapped with the next or changed; the first letter kept), seeded. A copy
-    that spells a name the dictionary gives another concept is left out. Hand-written: nlpaug,
-    the library for it, draws from the global random state and has had no release since 2022."""
-    bearers: Dict[str, set] = {}
-    for name, cui in zip(names, cuis):
-        bearers.setdefault(name_key(name), set()).add(cui)
+    that spells a name the dictionary gives another concept (`bearers`: its
+    KnowledgeBase.name_lookup()) is left out. Hand-written: nlpaug, the library for it, draws
+    from the global random state and has had no release since 2022."""
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
     copies = set()
@@ -245,7 +240,7 @@ def typo_queries(queries: Sequence[Tuple[str, str]], per_query: int, names: Sequ
             else:
                 word = word[:at] + rng.choice(letters) + word[at + 1:]
             typo = " ".join(words[:i] + [word] + words[i + 1:])
-            if typo != text and not bearers.get(name_key(typo), set()) - {cui}:
+            if typo != text and not set(bearers.get(name_key(typo), ())) - {cui}:
                 copies.add((typo, cui))
     return sorted(copies)
 
@@ -269,12 +264,13 @@ def task_keyset(dataset: str, output: PathLike, data_dir: PathLike, model: str =
     task = prepare(dataset, "train", "standard", Path(data_dir), fold, precedence)
     resolve = task.dictionary.resolve_id
     names, cuis = task.dictionary.name_rows()
-    distant = (ontology_queries(names, cuis, [load_source(s) for s in ontologies], TextNormaliser())
+    bearers = task.dictionary.name_lookup() if ontologies or typos else {}
+    distant = (ontology_queries(bearers, [load_source(s) for s in ontologies], TextNormaliser())
                if ontologies else [])
     queries = sorted({(q.parts[0], resolve(q.gold[0]) or q.gold[0]) for q in task.queries
                       if len(q.parts) == 1 and len(q.gold) == 1 and q.parts[0]}
                      | set(name_queries(names, cuis, names_per_concept, seed)) | set(distant))
-    misspelt = typo_queries(queries, typos, names, cuis, seed) if typos else []
+    misspelt = typo_queries(queries, typos, bearers, seed) if typos else []
     queries = sorted(set(queries) | set(misspelt))
     encoder = _key_encoder(model)
     meta = _meta(encoder, model, f"{dataset} train (standard protocol)", dataset=dataset,

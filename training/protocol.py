@@ -59,12 +59,12 @@ class TextNormaliser:
         return " ".join(_PUNCTUATION.split(" ".join(tokens))).strip()
 
 
-def document_abbreviations(documents: Iterable[Document], batch_size: int = 32, missed: bool = True,
-                           mentions: Sequence[Mention] = ()) -> Dict[str, Dict[str, str]]:
+def document_abbreviations(documents: Iterable[Document], batch_size: int = 32,
+                           missed: bool = True) -> Dict[str, Dict[str, str]]:
     """Short form → long form for each document, as the pipe reads them (abbreviations.long_forms):
     scispaCy's AbbreviationDetector over spaCy's English tokenizer, with a ")" before a hyphen
     split off (split_close_before_hyphen), and, with `missed`, the definitions it misses and
-    the short forms among the document's `mentions` (the pipe's entities) used without one."""
+    the short forms among the document's mentions (the pipe's entities) used without one."""
     import scispacy.abbreviation  # noqa: F401  (registers the factory)
     import spacy
 
@@ -73,12 +73,9 @@ def document_abbreviations(documents: Iterable[Document], batch_size: int = 32, 
     nlp = split_close_before_hyphen(spacy.blank("en"))
     nlp.add_pipe("abbreviation_detector")
     documents = list(documents)
-    mentions_of: Dict[str, List[Mention]] = {}
-    for mention in mentions:
-        mentions_of.setdefault(mention.doc_id, []).append(mention)
     found: Dict[str, Dict[str, str]] = {}
     for document, doc in zip(documents, nlp.pipe((d.text for d in documents), batch_size=batch_size)):
-        spans = [doc.char_span(m.start, m.end, alignment_mode="expand") for m in mentions_of.get(document.doc_id, [])]
+        spans = [doc.char_span(m.start, m.end, alignment_mode="expand") for m in document.mentions]
         entities = [span for span in spans if span is not None]
         found[document.doc_id] = {short: form.text for short, form in long_forms(doc, missed, entities).items()}
     return found
