@@ -2,9 +2,9 @@
 (`long_forms`, from either of the detector's forms, with the definitions it misses added:
 `missed_definitions`, and the short forms used without one: `undefined_short_forms`),
 entities put right by the definitions (`follow_long_forms`) and mention texts with short forms
-expanded (`expand_abbreviations`)."""
+expanded (`expand_abbreviations`, `linked_text`)."""
 import re
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from spacy.tokens import Doc, Span
 
@@ -162,10 +162,31 @@ def follow_long_forms(ents: Iterable[Span], forms: Dict[str, Span]) -> List[Span
 
 
 def expand_abbreviations(text: str, abbreviations: Dict[str, str]) -> str:
-    """Replace each short form that stands as a whole word in `text` by its long form."""
+    """Replace each short form that stands as a whole word in `text` by its long form. A short
+    form in parentheses right after its own long form is the definition itself
+    ("glucose-6-phosphate dehydrogenase (G6PD) deficiency"), so it is dropped rather than
+    expanded into the long form twice."""
     if not abbreviations:
         return text
     if text in abbreviations:
         return abbreviations[text]
-    pattern = r"(?<!\w)(" + "|".join(re.escape(s) for s in sorted(abbreviations, key=len, reverse=True)) + r")(?!\w)"
-    return re.sub(pattern, lambda m: abbreviations[m.group(0)], text)
+    forms = "|".join(re.escape(s) for s in sorted(abbreviations, key=len, reverse=True))
+
+    def echo(match: "re.Match") -> str:
+        before = text[: match.start()].rstrip().casefold()
+        return "" if before.endswith(abbreviations[match.group(1)].casefold()) else match.group(0)
+
+    text = re.sub(r"\s*\(\s*(" + forms + r")\s*\)", echo, text)
+    return re.sub(r"(?<!\w)(" + forms + r")(?!\w)", lambda m: abbreviations[m.group(0)], text)
+
+
+def linked_text(text: str, abbreviations: Dict[str, str], is_name: Callable[[str], bool]) -> str:
+    """The text a mention is linked as: `text` with its short forms expanded, unless it is more
+    than a short form and the dictionary holds it as written (`is_name`): "diminished GALC
+    activity" is a MEDIC name, "diminished galactosylceramidase activity" none. A bare short
+    form is always expanded ("PD" is a name of several concepts, Parkinson's disease's defined
+    one among them)."""
+    expanded = expand_abbreviations(text, abbreviations)
+    if expanded != text and text not in abbreviations and is_name(text):
+        return text
+    return expanded

@@ -218,6 +218,11 @@ class CandidateGenerator:
             found.update(((text, types), candidates) for text, candidates in zip(group, results))
         return found
 
+    def holds_name(self, text: str, types: Tuple[str, ...] = ()) -> bool:
+        """Whether `text` (ignoring case and spacing) is the name of a row of a concept of
+        `types`."""
+        return bool(self._exact(text, types))
+
     def _exact(self, text: str, types: Tuple[str, ...]) -> Candidates:
         """The concepts (of `types`) that have `text` as the name of a row, each with score 1.0,
         in row order."""

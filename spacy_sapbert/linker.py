@@ -17,7 +17,7 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
 from spacy.util import minibatch
 
-from .abbreviations import expand_abbreviations, follow_long_forms, long_forms
+from .abbreviations import follow_long_forms, linked_text, long_forms
 from .candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, check_settings
 from .encoding import in_window
 from .index import ConceptIndexError, check_label_types
@@ -305,17 +305,18 @@ class SapBERTLinker(Pipe):
         abbreviations = {short: form.text for short, form in forms.items()}
         types_by_label = self._types_by_label()
         link_labels = {label.lower() for label in self.labels}
-        context = getattr(self._loaded().encoder, "context", None)
+        generator = self._loaded()
+        context = getattr(generator.encoder, "context", None)
 
-        def text(ent: Span) -> str:
-            expanded = expand_abbreviations(ent.text, abbreviations)
-            if context is None:
-                return expanded
-            # A model trained on contexts encodes the mention in its sentence, as it trained.
-            return in_window(doc, ent.start, ent.end, context["window"], expanded)
+        def mention(ent: Span) -> Mention:
+            types = types_by_label.get(ent.label_.lower(), ())
+            expanded = linked_text(ent.text, abbreviations, lambda written: generator.holds_name(written, types))
+            if context is not None:
+                # A model trained on contexts encodes the mention in its sentence, as it trained.
+                expanded = in_window(doc, ent.start, ent.end, context["window"], expanded)
+            return expanded, types
 
-        return ents, [(text(ent), types_by_label.get(ent.label_.lower(), ()))
-                      if not link_labels or ent.label_.lower() in link_labels else None for ent in ents]
+        return ents, [mention(ent) if not link_labels or ent.label_.lower() in link_labels else None for ent in ents]
 
     def predict(self, docs: List[Doc]) -> List[Tuple[List[Span], List[Optional[Candidates]]]]:
         """For each doc, the entities to annotate (put right by the long forms) and their

@@ -3,7 +3,8 @@ for the harness (document_abbreviations) and the pipe (long_forms) alike."""
 import pytest
 
 from training import datasets as ds
-from training.protocol import document_abbreviations
+from spacy_sapbert.abbreviations import expand_abbreviations, linked_text
+from training.protocol import build_queries, document_abbreviations
 
 from conftest import ruler_nlp
 
@@ -126,3 +127,56 @@ def test_the_pipe_links_a_short_form_used_without_definition(tiny_model, tiny_in
     nlp.add_pipe("sapbert_linker", config=config)
     doc = nlp("Rats got acetylsalicylic acid daily. ASA lowered pain.")
     assert [(e.text, e._.cui) for e in doc.ents] == [("acetylsalicylic acid", "D001241"), ("ASA", "D001241")]
+
+
+@pytest.mark.parametrize("text, abbreviations, expected", [
+    # the short form in parentheses after its own long form is the definition: dropped, not repeated
+    ("glucose-6-phosphate dehydrogenase (G6PD) deficiency", {"G6PD": "glucose-6-phosphate dehydrogenase"},
+     "glucose-6-phosphate dehydrogenase deficiency"),
+    ("Hepatitis B virus ( HBV ) infection", {"HBV": "hepatitis B virus"}, "Hepatitis B virus infection"),
+    # after anything else it carries the meaning, so it is expanded
+    ("this syndrome (SJS)", {"SJS": "Schwartz-Jampel syndrome"}, "this syndrome (Schwartz-Jampel syndrome)"),
+    ("G6PD deficiency", {"G6PD": "glucose-6-phosphate dehydrogenase"}, "glucose-6-phosphate dehydrogenase deficiency"),
+])
+def test_expand_abbreviations(text, abbreviations, expected):
+    assert expand_abbreviations(text, abbreviations) == expected
+
+
+def test_a_mention_the_dictionary_holds_as_written_is_not_expanded():
+    abbreviations = {"GALC": "galactosylceramidase", "PD": "Parkinson's disease"}
+    names = {"diminished galc activity", "pd"}.__contains__
+    is_name = lambda text: names(text.lower())
+    assert linked_text("diminished GALC activity", abbreviations, is_name) == "diminished GALC activity"
+    assert linked_text("GALC deficiency", abbreviations, is_name) == "galactosylceramidase deficiency"
+    # a bare short form is a name of many concepts: its definition says which
+    assert linked_text("PD", abbreviations, is_name) == "Parkinson's disease"
+
+
+def test_the_harness_keeps_a_dictionary_name_as_written():
+    text = "Galactosylceramidase (GALC) is an enzyme. Mice with diminished GALC activity and GALC loss."
+    mentions = [ds.Mention("1", text.index(m), text.index(m) + len(m), m, "Disease", ["D1"])
+                for m in ["diminished GALC activity", "GALC loss"]]
+    abbreviations = document_abbreviations([ds.Document("1", text, mentions)])
+    queries = build_queries(mentions, "standard", abbreviations, is_name={"diminished galc activity"}.__contains__)
+    assert [q.parts for q in queries] == [["diminished galc activity"], ["galactosylceramidase loss"]]
+
+
+def test_the_pipe_keeps_a_name_of_the_index_as_written(tmp_path, tiny_model, tiny_encoder):
+    import json
+
+    import scispacy.abbreviation  # noqa: F401
+
+    from spacy_sapbert.index import ConceptIndex
+    from spacy_sapbert.kb_formats import read_jsonl
+
+    concepts = [{"concept_id": "C538554", "canonical_name": "diminished GALC activity", "aliases": [], "types": ["C10"]},
+                {"concept_id": "D007965", "canonical_name": "galactosylceramidase deficiency",
+                 "aliases": ["diminished galactosylceramidase activity"], "types": ["C10"]}]
+    (tmp_path / "kb.jsonl").write_text("".join(json.dumps(c) + "\n" for c in concepts))
+    index_dir = ConceptIndex.build(read_jsonl(tmp_path / "kb.jsonl", name="galc"), tiny_encoder).save(tmp_path / "index")
+    nlp = ruler_nlp([("Disease", "diminished GALC activity"), ("Disease", "Galactosylceramidase")])
+    nlp.add_pipe("abbreviation_detector")
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model), "precision": "fp32"},
+                                           "index": {"index": str(index_dir)}, "threshold": 0.0})
+    doc = nlp("Galactosylceramidase (GALC) is an enzyme. Mice with diminished GALC activity.")
+    assert [(e.text, e._.cui) for e in doc.ents][-1] == ("diminished GALC activity", "C538554")

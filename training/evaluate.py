@@ -11,7 +11,7 @@ import numpy as np
 import typer
 from wasabi import msg
 
-from spacy_sapbert.kb import Concept, KnowledgeBase
+from spacy_sapbert.kb import Concept, KnowledgeBase, name_key
 
 from . import datasets as ds
 from .protocol import (
@@ -69,14 +69,18 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
         training_splits = ["train"] + (["dev"] if split == "test" else [])
         training = [m for s in training_splits for m in ds.load_pubtator_split(dataset, s, data_dir).mentions]
         abbreviations = document_abbreviations(corpus.documents) if protocol == "standard" else {}
-    queries = build_queries(mentions, protocol, abbreviations, normalise)
     dictionary = ds.base_dictionary(dataset, data_dir)
     if protocol == "standard":
         dictionary = _normalised_kb(dictionary, normalise)
     additions = [(dictionary.resolve_id(concept_id) or concept_id, name)
                  for concept_id, name in dictionary_additions(training, protocol, normalise)]
+    trained = add_training_names(dictionary, additions, training_precedence)
+    # A name a mention keeps as written (build_queries): the base vocabulary's for train queries,
+    # whose own texts are the training names.
+    names = (dictionary if split == "train" else trained).name_lookup()
+    queries = build_queries(mentions, protocol, abbreviations, normalise, lambda text: name_key(text) in names)
     documents = {} if dataset == "cadec" else {doc.doc_id: doc.text for doc in corpus.documents}
-    return Task(queries, add_training_names(dictionary, additions, training_precedence), n_unlinkable, documents)
+    return Task(queries, trained, n_unlinkable, documents)
 
 
 def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None,

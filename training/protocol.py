@@ -12,10 +12,10 @@ import string
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from spacy_sapbert.kb import Concept, KnowledgeBase, name_key
-from spacy_sapbert.abbreviations import expand_abbreviations, long_forms
+from spacy_sapbert.abbreviations import linked_text, long_forms
 
 from .datasets import Document, Mention
 
@@ -136,8 +136,12 @@ def build_queries(
     protocol: str,
     abbreviations: Optional[Dict[str, Dict[str, str]]] = None,
     normalise: Optional[TextNormaliser] = None,
+    is_name: Callable[[str], bool] = lambda text: False,
 ) -> List[Query]:
-    """Turn gold mentions into queries under `protocol` ("standard" or "lenient")."""
+    """Turn gold mentions into queries under `protocol` ("standard" or "lenient"). Standard
+    queries expand the short forms of their document's `abbreviations`, except in a mention
+    that is more than a short form and a dictionary name as written (`is_name`, given the
+    normalised text: abbreviations.linked_text)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"Unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}.")
     queries = []
@@ -145,10 +149,11 @@ def build_queries(
         if protocol == "lenient":
             queries.append(Query(mention, [mention.text], list(mention.ids)))
             continue
-        text = expand_abbreviations(mention.text, (abbreviations or {}).get(mention.doc_id, {}))
+        normalise = normalise or TextNormaliser()
+        text = linked_text(mention.text, (abbreviations or {}).get(mention.doc_id, {}),
+                           lambda written: is_name(normalise(written)))
         gold = composite_gold(mention.ids) if mention.composite else list(mention.ids)
         parts = split_composite(text, len(gold)) if mention.composite else [text]
-        normalise = normalise or TextNormaliser()
         queries.append(Query(mention, [normalise(p) or p for p in parts], gold))
     return queries
 
