@@ -2,6 +2,7 @@
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,30 +24,40 @@ def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, 
                  "--vars.device=cpu", "--vars.batch_size=8"]
     spacy_project("run", "ontology", ".", *overrides, cwd=project)
     spacy_project("run", "pairs", ".", *overrides, cwd=project)
-    spacy_project("run", "pretrain", ".", "--vars.max_steps=2", *overrides, cwd=project)
-    spacy_project("run", "pretrain-ms2", ".", "--vars.max_steps=2", *overrides, cwd=project)
     # MS loss v3 reads KGE vectors (`spacy project run kge` trains them on the bundled KB's graph)
     import numpy as np
 
     ids = [line.split('"concept_id": "')[1].split('"')[0] for line in tiny_kb_file.read_text().splitlines() if line]
     np.savez(project / "corpus" / "kge.npz", ids=np.array(ids), vectors=np.random.default_rng(0).normal(size=(len(ids), 6)))
-    spacy_project("run", "pretrain-ms3", ".", "--vars.max_steps=2", *overrides, cwd=project)
-    spacy_project("run", "pretrain-kge-injected", ".", "--vars.max_steps=2", "--vars.kge_injection_steps=2", *overrides,
-                  cwd=project)
-    spacy_project("run", "pretrain-prototypes", ".", "--vars.max_steps=2", "--vars.concepts_per_batch=2",
-                  "--vars.negatives_refresh_every=1", *overrides, cwd=project)
-    spacy_project("run", "pretrain-adapter13", ".", "--vars.max_steps=2", *overrides, cwd=project)
-    spacy_project("run", "pretrain-adapter1", ".", "--vars.max_steps=2", *overrides, cwd=project)
     _write_context_pairs(project / "corpus" / "context_pairs.txt.gz", tiny_kb_file)
-    spacy_project("run", "pretrain-contextual", ".", "--vars.max_steps=2", *overrides, cwd=project)
-    assert (project / "runs" / "pretrain-contextual" / "model" / "sapbert_context.json").exists()
-    for run in ("pretrain", "pretrain-ms2", "pretrain-ms3", "pretrain-kge-aligned", "pretrain-kge-injected", "pretrain-prototypes",
-                "pretrain-adapter13", "pretrain-adapter1", "pretrain-contextual"):
-        model = project / "runs" / run / "model"
+    steps = "--vars.max_steps=2"
+    commands = {  # each command with its own overrides; they share nothing but the pairs
+        "pretrain": [steps], "pretrain-ms2": [steps], "pretrain-ms3": [steps],
+        "pretrain-kge-injected": [steps, "--vars.kge_injection_steps=2"],
+        "pretrain-prototypes": [steps, "--vars.concepts_per_batch=2", "--vars.negatives_refresh_every=1"],
+        "pretrain-adapter13": [steps], "pretrain-adapter1": [steps], "pretrain-contextual": [steps],
+    }
+    # Two copies of the project run half the commands each, side by side (the suite's two
+    # cores; one project's lock file is written by one process at a time).
+    twin = tmp_path / "twin"
+    shutil.copytree(project, twin)
+    halves = {project: list(commands)[::2], twin: list(commands)[1::2]}
+
+    def run_half(folder):
+        for name in halves[folder]:
+            spacy_project("run", name, ".", *commands[name], *overrides, cwd=folder)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(run_half, halves))
+    where = {name: folder for folder, names in halves.items() for name in names}
+    where["pretrain-kge-aligned"] = where["pretrain-kge-injected"]
+    assert (where["pretrain-contextual"] / "runs" / "pretrain-contextual" / "model" / "sapbert_context.json").exists()
+    for run, folder in where.items():
+        model = folder / "runs" / run / "model"
         weights = "adapter_config.json" if "adapter" in run else "config.json"
         assert (model / weights).exists() and (model / "training.json").exists()
         assert '"steps": 2' in (model / "training.json").read_text()
-    assert "multi_similarity_v2" in (project / "runs" / "pretrain-ms2" / "model" / "training.json").read_text()
+    assert "multi_similarity_v2" in (where["pretrain-ms2"] / "runs" / "pretrain-ms2" / "model" / "training.json").read_text()
 
 
 def _write_context_pairs(path: Path, kb_file: Path) -> None:
