@@ -76,8 +76,8 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
                  for concept_id, name in dictionary_additions(training, protocol, normalise)]
     trained = add_training_names(dictionary, additions, training_precedence)
     # A name a mention keeps as written (build_queries): the base vocabulary's for train queries,
-    # whose own texts are the training names.
-    names = (dictionary if split == "train" else trained).name_lookup()
+    # whose own texts are the training names; only asked of a mention with a short form to expand.
+    names = (dictionary if split == "train" else trained).name_lookup() if any(abbreviations.values()) else {}
     queries = build_queries(mentions, protocol, abbreviations, normalise, lambda text: name_key(text) in names)
     documents = {} if dataset == "cadec" else {doc.doc_id: doc.text for doc in corpus.documents}
     return Task(queries, trained, n_unlinkable, documents)

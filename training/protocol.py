@@ -144,12 +144,12 @@ def build_queries(
     normalised text: abbreviations.linked_text)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"Unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}.")
+    normalise = normalise or TextNormaliser()
     queries = []
     for mention in mentions:
         if protocol == "lenient":
             queries.append(Query(mention, [mention.text], list(mention.ids)))
             continue
-        normalise = normalise or TextNormaliser()
         text = linked_text(mention.text, (abbreviations or {}).get(mention.doc_id, {}),
                            lambda written: is_name(normalise(written)))
         gold = composite_gold(mention.ids) if mention.composite else list(mention.ids)
