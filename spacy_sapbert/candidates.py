@@ -226,7 +226,7 @@ class CandidateGenerator:
     def _exact(self, text: str, types: Tuple[str, ...]) -> Candidates:
         """The concepts (of `types`) that have `text` as the name of a row, each with score 1.0,
         in row order."""
-        rows = np.flatnonzero(self.index.row_keys() == np.uint64(name_hash(text)))
+        rows = self.index.rows_named(name_hash(text))
         entities = self.index.kb.cui_to_entity
         ids = dict.fromkeys(self.index.concept_ids[c] for c in self.index.row_concepts[rows])
         return [(c, 1.0) for c in ids if not types or entities[c].has_type(types)][: self.settings.k]

@@ -94,3 +94,15 @@ def test_row_keys_are_cached_per_index_and_made_again_when_damaged(tiny_index_di
     (state / "keys.npy").write_bytes(b"damaged")
     healed = ConceptIndex.load(tiny_index_dir, encoder=tiny_encoder)
     assert np.array_equal(healed.row_keys(), made)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["gut ache", "Gut Ache", "colic", "pain", "belly pain"]), min_size=1,
+                         max_size=4), min_size=1, max_size=6))
+def test_rows_named_finds_what_a_scan_of_every_row_finds_in_row_order(names_per_concept):
+    kb = KnowledgeBase([Concept(f"C{i}", names[0], aliases=names[1:]) for i, names in enumerate(names_per_concept)])
+    names, _ = kb.name_rows()
+    index = ConceptIndex.from_vectors(kb, np.ones((len(names), 2), dtype=np.float32) / np.sqrt(2), "test")
+    for text in ["gut ache", "pain", "colic", "absent"]:
+        key = name_hash(text)
+        assert list(index.rows_named(key)) == list(np.flatnonzero(index.row_keys() == np.uint64(key)))
