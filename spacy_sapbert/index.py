@@ -444,10 +444,11 @@ class ConceptIndex:
         row_keys in sorted order (made on first use, 16 bytes a row: 3.3 MB for the bundled
         index), not a scan of every row."""
         keys = self.row_keys()
-        if getattr(self, "_sorted_row_keys", None) is None or len(self._sorted_row_keys[0]) != len(keys):
+        # Derived from the very array row_keys returns, so keys made again are sorted again.
+        if getattr(self, "_sorted_row_keys", (None,))[0] is not keys:
             order = np.argsort(keys, kind="stable")
-            self._sorted_row_keys = (order, keys[order])
-        order, sorted_keys = self._sorted_row_keys
+            self._sorted_row_keys = (keys, order, keys[order])
+        _, order, sorted_keys = self._sorted_row_keys
         first, last = np.searchsorted(sorted_keys, np.uint64(key), side="left"), np.searchsorted(
             sorted_keys, np.uint64(key), side="right")
         return order[first:last]
