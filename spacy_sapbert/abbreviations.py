@@ -1,6 +1,7 @@
 """What scispaCy's AbbreviationDetector found, as the linker uses it: a short form's long form
 (`long_forms`, from either of the detector's forms, with the definitions it misses added:
-`missed_definitions`, and the short forms used without one: `undefined_short_forms`),
+`missed_definitions` and `short_form_segments`, and the short forms used without one:
+`undefined_short_forms`),
 entities put right by the definitions (`follow_long_forms`) and mention texts with short forms
 expanded (`expand_abbreviations`, `linked_text`)."""
 import re
@@ -15,7 +16,8 @@ _SHORT_FORM_END = {")", ":", ";", ","}
 def long_forms(doc: Doc, missed: bool = True, entities: Optional[Sequence[Span]] = None) -> Dict[str, Span]:
     """Short form text → its long form's span, from scispaCy's AbbreviationDetector in either
     form (spans, or dicts with make_serializable=True); the first definition of a short form
-    wins. missed: add the definitions the detector misses (`missed_definitions`), and, given
+    wins. missed: add the definitions the detector misses (`missed_definitions`, then the parts
+    of hyphenated short forms: `short_form_segments`), and, given
     the doc's `entities`, the short forms among them used without a definition
     (`undefined_short_forms`)."""
     if not Doc.has_extension("abbreviations"):
@@ -31,6 +33,8 @@ def long_forms(doc: Doc, missed: bool = True, entities: Optional[Sequence[Span]]
             found.setdefault(short.text, long_form)
     if missed:
         for short, form in missed_definitions(doc, found).items():
+            found.setdefault(short, form)
+        for short, form in short_form_segments(found).items():
             found.setdefault(short, form)
         for short, form in undefined_short_forms(entities or (), found).items():
             found.setdefault(short, form)
@@ -62,6 +66,63 @@ def undefined_short_forms(entities: Sequence[Span], found: Dict[str, Span]) -> D
         if len({other.text.lower() for other in matches}) == 1:
             added[short] = matches[0]
     return added
+
+
+def short_form_segments(found: Dict[str, Span]) -> Dict[str, Span]:
+    """The parts of a hyphenated short form that are short forms themselves, each with its own
+    words of the long form: "HPT" → "hyperparathyroidism" and "JT" → "jaw tumor" once
+    "hyperparathyroidism-jaw tumor syndrome (HPT-JT)" is defined, "ALD" after "X-linked
+    adrenoleukodystrophy (X-ALD)", "HT" after "glucocorticoid-induced hypertension (GC-HT)".
+    Each part takes a run of the long form's words (split at spaces and hyphens), the first
+    part's from the first word, every run starting with its part's initial and holding its
+    letters and digits in order; a part's long form is the shortest start of its run that holds
+    them. A short form whose long form splits so in more than one way gives nothing. `found`:
+    the definitions so far, which these never replace."""
+    added: Dict[str, Span] = {}
+    for short, form in found.items():
+        parts = short.split("-")
+        if len(parts) < 2 or not all(parts):
+            continue
+        words = [t for t in form if any(c.isalnum() for c in t.text)]
+        splits = _segment_starts(parts, [t.text.lower() for t in words], 0, 0)
+        if len(splits) != 1:
+            continue
+        starts = splits[0] + [len(words)]
+        for k, part in enumerate(parts):
+            if len(part) < 2 or not _short_form(part) or part in found or part in added:
+                continue
+            letters = [c.lower() for c in part if c.isalnum()]
+            end = next(e for e in range(starts[k] + 1, starts[k + 1] + 1)
+                       if _in_order(letters, "".join(t.text.lower() for t in words[starts[k]:e])))
+            added[part] = form.doc[words[starts[k]].i:words[end - 1].i + 1]
+    return added
+
+
+def _segment_starts(parts: Sequence[str], words: Sequence[str], k: int, start: int) -> List[List[int]]:
+    """Every way to give parts[k:] runs of `words` from `start` on (short_form_segments), as the
+    runs' first word indices; at most two, which is all the caller asks."""
+    if k == len(parts):
+        return [[]]
+    if start >= len(words):
+        return []
+    initial = parts[k][0].lower()
+    letters = [c.lower() for c in parts[k] if c.isalnum()]
+    ways: List[List[int]] = []
+    ends = range(start + 1, len(words)) if k + 1 < len(parts) else [len(words)]
+    for end in ends:
+        if words[start][0] != initial or not _in_order(letters, "".join(words[start:end])):
+            continue
+        for rest in (_segment_starts(parts, words, k + 1, end) if k + 1 < len(parts) else [[]]):
+            ways.append([start] + rest)
+            if len(ways) > 1:
+                return ways
+    return ways
+
+
+def _in_order(letters: Sequence[str], text: str) -> bool:
+    """Whether `letters` occur in `text` in order."""
+    remaining = iter(text)
+    return all(c in remaining for c in letters)
 
 
 def _spells_initials(short: str, long_form: str) -> bool:

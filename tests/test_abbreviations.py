@@ -1,9 +1,10 @@
 """Definitions scispaCy's AbbreviationDetector misses, added by abbreviations.missed_definitions
 for the harness (document_abbreviations) and the pipe (long_forms) alike."""
 import pytest
+import spacy
 
 from training import datasets as ds
-from spacy_sapbert.abbreviations import expand_abbreviations, linked_text
+from spacy_sapbert.abbreviations import expand_abbreviations, linked_text, short_form_segments
 from training.protocol import build_queries, document_abbreviations
 
 from conftest import ruler_nlp
@@ -46,6 +47,32 @@ def test_what_is_not_a_definition(text):
 def test_the_detectors_own_definitions_stand():
     text = "Acute renal failure (ARF) was seen. Later ARF recurred."
     assert defined(text) == defined(text, missed=False) == {"ARF": "Acute renal failure"}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("the hyperparathyroidism-jaw tumor syndrome (HPT-JT) and primary HPT",
+     {"HPT": "hyperparathyroidism", "JT": "jaw tumor"}),
+    ("boys with X-linked adrenoleukodystrophy (X-ALD). Cerebral ALD", {"ALD": "adrenoleukodystrophy"}),
+    ("rats with glucocorticoid-induced hypertension (GC-HT). HT fell.",
+     {"GC": "glucocorticoid", "HT": "hypertension"}),
+    ("dexamethasone-induced hypertension (dex-HT) in rats", {"HT": "hypertension"}),  # "dex": no short form
+])
+def test_the_parts_of_a_hyphenated_short_form_take_their_words_of_the_long_form(text, expected):
+    found = defined(text)
+    assert {short: found[short] for short in expected} == expected
+    assert {short for short in found if "-" not in short} == set(expected)
+
+
+def test_a_hyphenated_short_form_that_splits_two_ways_gives_no_parts():
+    doc = spacy.blank("en")("alpha beta cell cd death")
+    # "CD" could start at "cell" or at "cd"
+    assert short_form_segments({"AB-CD": doc[:]}) == {}
+    assert short_form_segments({"AB-CDE": doc[:]}) == {}  # no "e" after "cd": no way at all
+
+
+def test_a_part_defined_itself_keeps_its_own_definition():
+    found = defined("Adrenoleukodystrophy (ALD) in men; X-linked adrenoleukodystrophy (X-ALD) in boys")
+    assert found["ALD"] == "Adrenoleukodystrophy"
 
 
 @pytest.mark.parametrize("serializable", [False, True])
