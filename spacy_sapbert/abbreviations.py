@@ -31,6 +31,7 @@ def long_forms(doc: Doc, missed: bool = True, entities: Optional[Sequence[Span]]
         long_form = getattr(short._, "long_form", None) if Span.has_extension("long_form") else None
         if isinstance(long_form, Span):
             found.setdefault(short.text, long_form)
+    found = {short: right for short, form in found.items() if (right := put_right(short, form)) is not None}
     if missed:
         for short, form in missed_definitions(doc, found).items():
             found.setdefault(short, form)
@@ -66,6 +67,33 @@ def undefined_short_forms(entities: Sequence[Span], found: Dict[str, Span]) -> D
         if len({other.text.lower() for other in matches}) == 1:
             added[short] = matches[0]
     return added
+
+
+def put_right(short: str, form: Span) -> Optional[Span]:
+    """A long form as Schwartz & Hearst's algorithm finds it, put right: none if it holds a
+    parenthesis of its own or half of one ("carboplatin's advantages (CBDCA) over cisplatin" is
+    no definition of CDDP; a bracket inside a word, "poly(ADP-ribose) polymerase", stays), or if
+    the short form holds half of one; and the words right before it when their initials spell the short form, a plural's "s"
+    aside, where the algorithm stopped at the shortest match inside a word ("combined oral
+    contraceptives (COCs)", not "contraceptives")."""
+    if not _balanced(short) or not _balanced(form.text) or re.search(r"\s[(\[]", form.text):
+        return None
+    letters = short[:-1] if _plural(short) else short
+    if len(letters) >= 2 and letters.isalpha() and len(form) < len(letters) <= form.end:
+        words = form.doc[form.end - len(letters):form.end]
+        if all(t.is_alpha for t in words) and all(t.text[0].lower() == c.lower() for t, c in zip(words, letters)):
+            return words
+    return form
+
+
+def _balanced(text: str) -> bool:
+    """Whether every bracket in `text` closes one opened before it, and every one opened closes."""
+    depth = 0
+    for c in text:
+        depth += (c in "([") - (c in ")]")
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def short_form_segments(found: Dict[str, Span]) -> Dict[str, Span]:
@@ -153,7 +181,7 @@ def missed_definitions(doc: Doc, found: Dict[str, Span]) -> Dict[str, Span]:
         if short in found or short in added or not _short_form(short):
             continue
         long_form = _long_form(doc, open_at, short)
-        if long_form is not None:
+        if long_form is not None and (long_form := put_right(short, long_form)) is not None:
             added[short] = long_form
     for short, form in list({**found, **added}.items()):
         singular = short[:-1]

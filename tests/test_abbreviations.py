@@ -49,6 +49,26 @@ def test_the_detectors_own_definitions_stand():
     assert defined(text) == defined(text, missed=False) == {"ARF": "Acute renal failure"}
 
 
+@pytest.mark.parametrize("text, short, long_form", [
+    # Schwartz & Hearst take the shortest match: the words before whose initials spell it win
+    ("among women on combined oral contraceptives (COCs). COC users", "COCs", "combined oral contraceptives"),
+    ("Hereditary hemochromatosis (HH) is common", "HH", "Hereditary hemochromatosis"),
+    ("inhibitors of poly(ADP-ribose) polymerase (PARP) protect", "PARP", "poly(ADP-ribose) polymerase"),
+])
+def test_long_forms_put_right(text, short, long_form):
+    assert defined(text, missed=False)[short] == defined(text)[short] == long_form
+    if short == "COCs":  # and the singular takes it
+        assert defined(text)["COC"] == long_form
+
+
+@pytest.mark.parametrize("text, short", [
+    ("the most striking of carboplatin's advantages (CBDCA) over cisplatin (CDDP) is", "CDDP"),
+    ("patients with type 1 (insulin-dependent) diabetes mellitus (IDDM) were", "IDDM"),
+])
+def test_a_long_form_across_a_parenthesis_is_no_definition(text, short):
+    assert short not in defined(text, missed=False) and short not in defined(text)
+
+
 @pytest.mark.parametrize("text, expected", [
     ("the hyperparathyroidism-jaw tumor syndrome (HPT-JT) and primary HPT",
      {"HPT": "hyperparathyroidism", "JT": "jaw tumor"}),
