@@ -109,6 +109,17 @@ def test_the_pipe_links_a_missed_short_form_as_its_long_form(tiny_model, tiny_in
 
 
 
+def test_the_pipe_links_a_part_of_a_hyphenated_short_form_as_its_words(tiny_model, tiny_index_dir):
+    import scispacy.abbreviation  # noqa: F401
+
+    nlp = ruler_nlp([("Disease", "glucocorticoid-induced hypertension"), ("Disease", "GC-HT"), ("Disease", "HT")])
+    nlp.add_pipe("abbreviation_detector")
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)},
+                                           "index": {"index": str(tiny_index_dir)}, "threshold": 0.0})
+    doc = nlp("Rats with glucocorticoid-induced hypertension (GC-HT) were given salt; HT rose.")
+    assert [(e.text, e._.cui) for e in doc.ents][-1] == ("HT", "D006973")
+
+
 def test_without_a_detector_before_the_pipe_nothing_is_resolved(tiny_model, tiny_index_dir):
     """The extension another pipeline's detector registered is no reason to resolve: the same
     text links alike with or without that other pipeline in the process."""
