@@ -104,12 +104,14 @@ def short_form_segments(found: Dict[str, Span]) -> Dict[str, Span]:
     Each part takes a run of the long form's words (split at spaces and hyphens), the first
     part's from the first word, every run starting with its part's initial and holding its
     letters and digits in order; a part's long form is the shortest start of its run that holds
-    them. A short form whose long form splits so in more than one way gives nothing. `found`:
+    them. A short form whose long form splits so in more than one way, or with a part that does
+    not start with a letter ("5-HT": "HT" is no serotonin), gives nothing. `found`:
     the definitions so far, which these never replace."""
     added: Dict[str, Span] = {}
     for short, form in found.items():
         parts = short.split("-")
-        if len(parts) < 2 or not all(parts):
+        # "5-HT", "6-OHDA": a part after a number is no short form of its own
+        if len(parts) < 2 or not all(part[:1].isalpha() for part in parts):
             continue
         words = [t for t in form if any(c.isalnum() for c in t.text)]
         splits = _segment_starts(parts, [t.text.lower() for t in words], 0, 0)

@@ -90,6 +90,11 @@ def test_a_hyphenated_short_form_that_splits_two_ways_gives_no_parts():
     assert short_form_segments({"AB-CDE": doc[:]}) == {}  # no "e" after "cd": no way at all
 
 
+def test_a_part_after_a_number_is_no_short_form():
+    doc = spacy.blank("en")("5-hydroxytryptamine")
+    assert short_form_segments({"5-HT": doc[:]}) == {}
+
+
 def test_a_part_defined_itself_keeps_its_own_definition():
     found = defined("Adrenoleukodystrophy (ALD) in men; X-linked adrenoleukodystrophy (X-ALD) in boys")
     assert found["ALD"] == "Adrenoleukodystrophy"
