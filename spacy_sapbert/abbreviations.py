@@ -73,9 +73,9 @@ def put_right(short: str, form: Span) -> Optional[Span]:
     """A long form as Schwartz & Hearst's algorithm finds it, put right: none if it holds a
     parenthesis of its own or half of one ("carboplatin's advantages (CBDCA) over cisplatin" is
     no definition of CDDP; a bracket inside a word, "poly(ADP-ribose) polymerase", stays), or if
-    the short form holds half of one; and the words right before it when their initials spell the short form, a plural's "s"
-    aside, where the algorithm stopped at the shortest match inside a word ("combined oral
-    contraceptives (COCs)", not "contraceptives")."""
+    the short form holds half of one; and the words right before it when their initials spell
+    the short form, a plural's "s" aside, where the algorithm stopped at the shortest match
+    inside a word ("combined oral contraceptives (COCs)", not "contraceptives")."""
     if not _balanced(short) or not _balanced(form.text) or re.search(r"\s[(\[]", form.text):
         return None
     letters = short[:-1] if _plural(short) else short
@@ -133,14 +133,13 @@ def _segment_starts(parts: Sequence[str], words: Sequence[str], k: int, start: i
     runs' first word indices; at most two, which is all the caller asks."""
     if k == len(parts):
         return [[]]
-    if start >= len(words):
+    if start >= len(words) or words[start][0] != parts[k][0].lower():
         return []
-    initial = parts[k][0].lower()
     letters = [c.lower() for c in parts[k] if c.isalnum()]
     ways: List[List[int]] = []
     ends = range(start + 1, len(words)) if k + 1 < len(parts) else [len(words)]
     for end in ends:
-        if words[start][0] != initial or not _in_order(letters, "".join(words[start:end])):
+        if not _in_order(letters, "".join(words[start:end])):
             continue
         for rest in (_segment_starts(parts, words, k + 1, end) if k + 1 < len(parts) else [[]]):
             ways.append([start] + rest)
