@@ -255,7 +255,9 @@ def expand_abbreviations(text: str, abbreviations: Dict[str, str]) -> str:
     """Replace each short form that stands as a whole word in `text` by its long form. A short
     form in parentheses right after its own long form is the definition itself
     ("glucose-6-phosphate dehydrogenase (G6PD) deficiency"), so it is dropped rather than
-    expanded into the long form twice."""
+    expanded into the long form twice; and a long form of two or more words whose last word
+    the text repeats right after the short form leaves that word once ("HPT-JT syndrome" is
+    "hyperparathyroidism-jaw tumor syndrome", not "… syndrome syndrome")."""
     if not abbreviations:
         return text
     if text in abbreviations:
@@ -266,8 +268,14 @@ def expand_abbreviations(text: str, abbreviations: Dict[str, str]) -> str:
         before = text[: match.start()].rstrip().casefold()
         return "" if before.endswith(abbreviations[match.group(1)].casefold()) else match.group(0)
 
+    def expand(match: "re.Match") -> str:
+        long_form = abbreviations[match.group(0)]
+        head, _, last = long_form.rpartition(" ")
+        after = re.match(r"\s+(\w+)", text[match.end():])
+        return head if head and after and after.group(1).casefold() == last.casefold() else long_form
+
     text = re.sub(r"\s*\(\s*(" + forms + r")\s*\)", echo, text)
-    return re.sub(r"(?<!\w)(" + forms + r")(?!\w)", lambda m: abbreviations[m.group(0)], text)
+    return re.sub(r"(?<!\w)(" + forms + r")(?!\w)", expand, text)
 
 
 def linked_text(text: str, abbreviations: Dict[str, str], is_name: Callable[[str], bool]) -> str:

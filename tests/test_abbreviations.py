@@ -200,6 +200,10 @@ def test_the_pipe_links_a_short_form_used_without_definition(tiny_model, tiny_in
     # after anything else it carries the meaning, so it is expanded
     ("this syndrome (SJS)", {"SJS": "Schwartz-Jampel syndrome"}, "this syndrome (Schwartz-Jampel syndrome)"),
     ("G6PD deficiency", {"G6PD": "glucose-6-phosphate dehydrogenase"}, "glucose-6-phosphate dehydrogenase deficiency"),
+    # the long form's last word, written again after the short form, stays once
+    ("HPT-JT syndrome", {"HPT-JT": "hyperparathyroidism-jaw tumor syndrome"}, "hyperparathyroidism-jaw tumor syndrome"),
+    ("L-N Syndrome in boys", {"L-N": "Lesch-Nyhan syndrome"}, "Lesch-Nyhan Syndrome in boys"),
+    ("HT hypertension", {"HT": "hypertension"}, "hypertension hypertension"),  # one word: as written
 ])
 def test_expand_abbreviations(text, abbreviations, expected):
     assert expand_abbreviations(text, abbreviations) == expected
