@@ -148,8 +148,8 @@ def _segment_starts(parts: Sequence[str], words: Sequence[str], k: int, start: i
     return ways
 
 
-def _in_order(letters: Sequence[str], text: str) -> bool:
-    """Whether `letters` occur in `text` in order."""
+def _in_order(letters: Iterable[str], text: Iterable[str]) -> bool:
+    """Whether `letters` occur in `text` (a string or other sequence of characters) in order."""
     remaining = iter(text)
     return all(c in remaining for c in letters)
 
@@ -157,8 +157,8 @@ def _in_order(letters: Sequence[str], text: str) -> bool:
 def _spells_initials(short: str, long_form: str) -> bool:
     """Whether the initials of `long_form`'s words (split at spaces and hyphens) occur in order
     among the letters and digits of `short`, case aside."""
-    remaining = iter(c.lower() for c in short if c.isalnum())
-    return all(any(c == word[0].lower() for c in remaining) for word in re.split(r"[\s-]+", long_form) if word)
+    initials = (word[0].lower() for word in re.split(r"[\s-]+", long_form) if word)
+    return _in_order(initials, (c.lower() for c in short if c.isalnum()))
 
 
 def missed_definitions(doc: Doc, found: Dict[str, Span]) -> Dict[str, Span]:
