@@ -23,8 +23,10 @@ install: $(STAMP)
 demo: install
 	$(BIN)/spacy-sapbert link "$(SAMPLE)"
 
+# Two workers, one test file each at a time (module fixtures are built once; the Ray tests never
+# overlap): 202 s against 307 s in one process on 2 quiet cores (2026-11-26).
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
