@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SAMPLE := Patients with non-insulin-dependent diabetes mellitus (NIDDM) developed lactic acidosis after metformin. Acute renal failure and hypertension were reported in two patients treated with cisplatin.
 
-.PHONY: install demo test test-slow bench clean device-kit device-hide-assets device-restore-assets
+.PHONY: install demo test test-slow bench clean device-kit device-kit-finetune device-hide-assets device-restore-assets
 
 $(STAMP): requirements.txt requirements-dev.txt setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,13 @@ bench: install
 # bundled assets (81 MB) kept out of the 64 MiB a device call sends; restore before committing.
 device-kit: install
 	$(BIN)/python -m training.device.kit prepare --output .device
+
+# The CPU recipe of the default on a lent GPU (scripts/device-finetune.sh): key sets (spacy project
+# run keys) travel without their vectors, dev packs include CADEC fold 0.
+device-kit-finetune: install
+	$(BIN)/python -m training.device.kit prepare --output .device --pairs '' \
+		--datasets ncbi-disease,bc5cdr-disease,bc5cdr-chemical,cadec \
+		--keys corpus/keys/linking-kb,corpus/keys/ncbi-disease,corpus/keys/bc5cdr-disease,corpus/keys/bc5cdr-chemical,corpus/keys/cadec
 
 device-hide-assets:
 	mkdir -p .git/info && touch .git/info/exclude

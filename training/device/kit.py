@@ -27,6 +27,7 @@ from typing import Dict, Iterable, List, Optional
 import typer
 
 from ..datasets import DEFAULT_DATA_DIR
+from .devpack import DEFAULT_DATASETS
 
 app = typer.Typer(add_completion=False, help="Pack, export and unpack runs for a lent GPU machine.")
 
@@ -93,28 +94,49 @@ def write_base(model: str, output: Path) -> Path:
     source = Path(resolve_model(model))
     package_model(source, output)
     (output / "MODEL_CARD.md").unlink(missing_ok=True)  # a card is for trained models
+    from spacy_sapbert.encoding import TEACHER_FILE
+
+    (output / TEACHER_FILE).unlink(missing_ok=True)  # the kit's base is a space of its own: it answers to itself
     (output / POOLING_FILE).write_text(json.dumps({"pooling": detect_pooling(source)}) + "\n")
     return output
+
+
+def copy_keyset_names(source: Path, dest: Path) -> None:
+    """A key set without its vectors (names, queries, meta): what travels to the device."""
+    from ..keys import KEYS_FILE
+
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns(KEYS_FILE))
 
 
 @app.command("prepare")
 def prepare_command(
     output: Path = typer.Option(Path(".device"), help="Kit folder (ignored by git; name it in carry)"),
-    pairs: Path = typer.Option(Path("corpus/pretrain_pairs.txt.gz"), help="Pairs file (`spacy project run ontology pairs`)"),
+    pairs: str = typer.Option("corpus/pretrain_pairs.txt.gz", help="Pairs file (`spacy project run ontology pairs`); '' for none"),
+    keys: str = typer.Option("", help="Comma-separated key-set folders (python -m training.keys), sent without their vectors: "
+                             "the device embeds them again (scripts/device-finetune.sh)"),
     packs: Optional[Path] = typer.Option(None, help="Dev packs folder (`python -m training.device.devpack write`); default: write them"),
-    model: str = typer.Option("default", help="Base model: 'default' (all-MiniLM-L6-v2) or a directory"),
+    datasets: str = typer.Option(DEFAULT_DATASETS, help="Benchmarks of the dev packs written (cadec too: its fold 0)"),
+    model: str = typer.Option("base", help="Model training starts from: 'base' (all-MiniLM-L6-v2), 'default' or a directory"),
 ) -> None:
-    """Put base weights (fp16), pairs, dev packs and wheels in OUTPUT and check what travels."""
-    if not pairs.exists():
-        typer.echo(f"error: {pairs} does not exist; build it with `spacy project run ontology pairs`.", err=True)
+    """Put base weights (fp16), pairs or key sets, dev packs and wheels in OUTPUT and check what travels."""
+    folders = [Path(k.strip()) for k in keys.split(",") if k.strip()]
+    absent = [str(p) for p in ([Path(pairs)] if pairs else []) + [f / "names.json.gz" for f in folders] if not p.exists()]
+    if absent:
+        typer.echo(f"error: {absent[0]} does not exist; build it with `spacy project run ontology pairs` "
+                   "(pairs) or `python -m training.keys` (key sets).", err=True)
         raise typer.Exit(1)
     output.mkdir(parents=True, exist_ok=True)
     write_base(model, output / "base")
-    recompress(pairs, output / "pairs.txt.xz")
+    if pairs:
+        recompress(Path(pairs), output / "pairs.txt.xz")
+    for folder in folders:
+        copy_keyset_names(folder, output / "keys" / folder.name)
     if packs is None:
-        from .devpack import DEFAULT_DATASETS, write_command
+        from .devpack import write_command
 
-        write_command(output=output / "dev", datasets=DEFAULT_DATASETS,
+        write_command(output=output / "dev", datasets=datasets,
                       split="dev", protocol="standard", data_dir=DEFAULT_DATA_DIR)
     elif packs.resolve() != (output / "dev").resolve():
         shutil.copytree(packs, output / "dev", dirs_exist_ok=True)
@@ -153,6 +175,8 @@ def export_command(
     name: str = typer.Option("pretrain", help="Prefix of the files written"),
     packs: Optional[Path] = typer.Option(None, help="Dev packs to score the model on first (NAME.dev.json)"),
     model: bool = typer.Option(True, help="Also return the model (fp16, tar parts of 15 MB)"),
+    names_model: str = typer.Option("", help="Model that embeds the packs' dictionaries (a query-side run's keys model)"),
+    base: str = typer.Option("", help="Leave out the tensors this model gives unchanged (frozen ones): fewer parts"),
 ) -> None:
     """On the device: score the run's latest model on the dev packs, and copy its metrics and
     (fp16) model into $OUT, in parts of ≤ 15 MB."""
@@ -167,12 +191,13 @@ def export_command(
     if packs is not None:
         from .devpack import score_command
 
-        score_command(packs, model=str(latest), device="auto", batch_size=1024, output=out / f"{name}.dev.json")
+        score_command(packs, model=str(latest), device="auto", batch_size=1024, output=out / f"{name}.dev.json",
+                      names_model=names_model, rules=True)
     if (run / "metrics.jsonl").exists():
         shutil.copy(run / "metrics.jsonl", out / f"{name}.metrics.jsonl")
     if not model:
         return
-    packaged = package_model(latest, out / f".{name}-fp16")
+    packaged = package_model(latest, out / f".{name}-fp16", base=base)
     tar_path = out / f".{name}.tar"
     with tarfile.open(tar_path, "w") as tar:
         tar.add(packaged, arcname="model")
@@ -183,11 +208,34 @@ def export_command(
     shutil.rmtree(packaged)
 
 
+def rebind(model: Path, base: str) -> None:
+    """Point a model trained from the kit's base (the base in fp16) at the base itself: the
+    tensors it left to the kit's base (frozen in training) come from `base`, with their sha256,
+    and a query-side model answers to `base`'s fingerprint. The frozen tensors then differ from
+    the trained-with ones by fp16 rounding alone, as the keys the device embedded do."""
+    from spacy_sapbert.assets import resolve_model
+    from spacy_sapbert.encoder import BASE_FILE, TorchEncoder, load_transformer, tensors_sha256
+    from spacy_sapbert.encoding import TEACHER_FILE
+
+    source = resolve_model(base)
+    record_file = model / BASE_FILE
+    if record_file.exists():
+        record = json.loads(record_file.read_text())
+        state = load_transformer(source)[1].state_dict()
+        record.update(base=base, sha256=tensors_sha256({n: state[n] for n in record["from_base"]}))
+        record_file.write_text(json.dumps(record, indent=2) + "\n")
+    if (model / TEACHER_FILE).exists():
+        teacher = {"teacher": base, "fingerprint": TorchEncoder(source).fingerprint}
+        (model / TEACHER_FILE).write_text(json.dumps(teacher, indent=2) + "\n")
+
+
 @app.command("unpack")
 def unpack_command(
     folder: Path = typer.Argument(..., help="Where a call's files landed"),
     output: Path = typer.Option(..., help="Run folder to create; the model lands in OUTPUT/model"),
     name: str = typer.Option("pretrain", help="Prefix given to export"),
+    base: str = typer.Option("", help="The model whose fp16 image the kit's base was ('base'): the unpacked model then "
+                             "takes its frozen tensors from it, and answers to it where it answered to the kit's base"),
 ) -> None:
     """Here: join the model parts a call returned and unpack them."""
     parts = sorted(folder.glob(PART_GLOB.format(name=name)))
@@ -205,6 +253,8 @@ def unpack_command(
     for extra in folder.glob(f"{name}.*"):
         if extra not in parts:
             shutil.copy(extra, output / extra.name)
+    if base:
+        rebind(output / "model", base)
     typer.echo(f"Model in {output / 'model'}")
 
 
