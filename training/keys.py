@@ -120,13 +120,17 @@ def write_keyset(folder: PathLike, names: Sequence[str], cuis: Sequence[str], ve
     return keys
 
 
-def read_keyset(folder: PathLike) -> KeySet:
-    """Read a key set written by `write_keyset`."""
-    folder = Path(folder)
-    missing = [f for f in (KEYS_FILE, NAMES_FILE, QUERIES_FILE, META_FILE) if not (folder / f).exists()]
+def _require(folder: Path, files: Sequence[str]) -> None:
+    missing = [f for f in files if not (folder / f).exists()]
     if missing:
         raise KeySetError(f"{folder} is not a key set: it lacks {', '.join(missing)}; write it with "
                           "`python -m training.keys`.")
+
+
+def read_keyset(folder: PathLike) -> KeySet:
+    """Read a key set written by `write_keyset`."""
+    folder = Path(folder)
+    _require(folder, (KEYS_FILE, NAMES_FILE, QUERIES_FILE, META_FILE))
     meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
     with gzip.open(folder / NAMES_FILE, "rt", encoding="utf-8") as handle:
         rows = json.load(handle)
@@ -358,10 +362,7 @@ def embed_keyset(folder: PathLike, model: str, device: str = "auto", batch_size:
     from spacy_sapbert.encoder import TorchEncoder
 
     folder = Path(folder)
-    missing = [f for f in (NAMES_FILE, QUERIES_FILE, META_FILE) if not (folder / f).exists()]
-    if missing:
-        raise KeySetError(f"{folder} is not a key set: it lacks {', '.join(missing)}; write it with "
-                          "`python -m training.keys`.")
+    _require(folder, (NAMES_FILE, QUERIES_FILE, META_FILE))
     with gzip.open(folder / NAMES_FILE, "rt", encoding="utf-8") as handle:
         names = json.load(handle)["names"]
     encoder = TorchEncoder(model, device=device, batch_size=batch_size)

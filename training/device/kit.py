@@ -122,7 +122,9 @@ def prepare_command(
 ) -> None:
     """Put base weights (fp16), pairs or key sets, dev packs and wheels in OUTPUT and check what travels."""
     folders = [Path(k.strip()) for k in keys.split(",") if k.strip()]
-    absent = [str(p) for p in ([Path(pairs)] if pairs else []) + [f / "names.json.gz" for f in folders] if not p.exists()]
+    from ..keys import NAMES_FILE
+
+    absent = [str(p) for p in ([Path(pairs)] if pairs else []) + [f / NAMES_FILE for f in folders] if not p.exists()]
     if absent:
         typer.echo(f"error: {absent[0]} does not exist; build it with `spacy project run ontology pairs` "
                    "(pairs) or `python -m training.keys` (key sets).", err=True)
@@ -214,18 +216,20 @@ def rebind(model: Path, base: str) -> None:
     and a query-side model answers to `base`'s fingerprint. The frozen tensors then differ from
     the trained-with ones by fp16 rounding alone, as the keys the device embedded do."""
     from spacy_sapbert.assets import resolve_model
-    from spacy_sapbert.encoder import BASE_FILE, TorchEncoder, load_transformer, tensors_sha256
+    from spacy_sapbert.encoder import BASE_FILE, TorchEncoder, tensors_sha256
     from spacy_sapbert.encoding import TEACHER_FILE
 
-    source = resolve_model(base)
     record_file = model / BASE_FILE
+    if not record_file.exists() and not (model / TEACHER_FILE).exists():
+        return  # a model that neither takes tensors from its base nor answers to it
+    encoder = TorchEncoder(resolve_model(base), device="cpu")  # once: fp32 weights and the fingerprint
     if record_file.exists():
         record = json.loads(record_file.read_text())
-        state = load_transformer(source)[1].state_dict()
+        state = encoder.model.state_dict()
         record.update(base=base, sha256=tensors_sha256({n: state[n] for n in record["from_base"]}))
         record_file.write_text(json.dumps(record, indent=2) + "\n")
     if (model / TEACHER_FILE).exists():
-        teacher = {"teacher": base, "fingerprint": TorchEncoder(source).fingerprint}
+        teacher = {"teacher": base, "fingerprint": encoder.fingerprint}
         (model / TEACHER_FILE).write_text(json.dumps(teacher, indent=2) + "\n")
 
 
