@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from spacy_sapbert.kb import Concept, KnowledgeBase
-from training.keys import (KeySetError, kb_keyset, ontology_queries, read_keyset, typo_queries, write_keyset,
+from training.keys import (KeySetError, embed_keyset, kb_keyset, ontology_queries, read_keyset, typo_queries, write_keyset,
                           xref_concept)
 from training.protocol import TextNormaliser
 from training.batches import QueryBatches
@@ -220,6 +220,22 @@ def keys_config(tiny_model, **training):
 def tiny_keys(tiny_kb, tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
     return kb_keyset(tiny_kb, tmp_path / "keys", model=str(tiny_model))
+
+
+def test_keys_embedded_again_record_the_model_as_named(tiny_kb, tiny_model, tmp_path, monkeypatch):
+    """A key set embedded again (`training.keys embed`, as on a lent GPU) reads as it was written:
+    the same vectors, and its model named as given, not by this machine's path to it, so it
+    trains beside key sets written with that name."""
+    import spacy_sapbert.assets
+
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(spacy_sapbert.assets, "resolve_model", lambda name: str(tiny_model) if name == "toy" else name)
+    written = kb_keyset(tiny_kb, tmp_path / "keys", model="toy")
+    (tmp_path / "keys" / "keys.npy").unlink()
+    embed_keyset(tmp_path / "keys", "toy", device="cpu")
+    again = read_keyset(tmp_path / "keys")
+    assert again.meta == written.meta
+    assert np.allclose(again.vectors, written.vectors, atol=1e-5)
 
 
 def test_a_run_against_frozen_keys_learns_and_answers_to_the_keys_model(tiny_model, tiny_keys, tiny_encoder, tmp_path):

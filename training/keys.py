@@ -150,11 +150,11 @@ def read_keyset(folder: PathLike) -> KeySet:
                   queries, meta)
 
 
-def _key_encoder(model: str):
+def _key_encoder(model: str, **options):
     from spacy_sapbert.assets import resolve_model
     from spacy_sapbert.encoder import TorchEncoder
 
-    return TorchEncoder(resolve_model(model))
+    return TorchEncoder(resolve_model(model), **options)
 
 
 def _embed(encoder, names: Sequence[str]) -> np.ndarray:
@@ -358,18 +358,16 @@ def kb_command(
 def embed_keyset(folder: PathLike, model: str, device: str = "auto", batch_size: int = 1024) -> dict:
     """(Re)write a key set's vectors from its names with `model`, and its meta to that model's
     fingerprint. A key set travels to a lent GPU machine without its vectors (the chemical one's
-    are 885 MB); there the kit's base embeds them in seconds."""
-    from spacy_sapbert.encoder import TorchEncoder
-
+    are 885 MB); there the kit's base embeds them in seconds. `model` is recorded as given
+    ("base", not this machine's path to it), as every key set records its model."""
     folder = Path(folder)
     _require(folder, (NAMES_FILE, QUERIES_FILE, META_FILE))
     with gzip.open(folder / NAMES_FILE, "rt", encoding="utf-8") as handle:
         names = json.load(handle)["names"]
-    encoder = TorchEncoder(model, device=device, batch_size=batch_size)
+    encoder = _key_encoder(model, device=device, batch_size=batch_size)
     np.save(folder / KEYS_FILE, encoder.encode(names))
     meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    meta.update(model=model, fingerprint=encoder.fingerprint, pooling=encoder.pooling,
-                max_length=encoder.max_length)
+    meta.update(_meta(encoder, model, meta.get("source", "")))
     (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
 
@@ -381,11 +379,9 @@ def embed_command(
     device: str = typer.Option("auto", help="cpu, cuda or auto"),
 ) -> None:
     """Embed key sets' names again with MODEL (on a lent GPU: key sets travel without vectors)."""
-    from spacy_sapbert.assets import resolve_model
-
     for folder in folders:
         try:
-            meta = embed_keyset(folder, resolve_model(model), device)
+            meta = embed_keyset(folder, model, device)
         except KeySetError as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(1)
