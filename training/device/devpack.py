@@ -86,8 +86,8 @@ def rank_exact(query_vectors: np.ndarray, name_vectors: np.ndarray, name_concept
         scores = queries @ names.T
         width = fetch
         while True:
-            values, indices = (t.float().cpu().numpy() if t.is_floating_point() else t.cpu().numpy()
-                               for t in scores.topk(width, dim=1))
+            top = scores.topk(width, dim=1)
+            values, indices = top.values.float().cpu().numpy(), top.indices.cpu().numpy()
             if rescore is not None:
                 values = rescore(positions, indices, values)
             own = (exact[1][indices] == exact[0][positions][:, None]) if exact is not None else [None] * len(indices)
