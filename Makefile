@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SAMPLE := Patients with non-insulin-dependent diabetes mellitus (NIDDM) developed lactic acidosis after metformin. Acute renal failure and hypertension were reported in two patients treated with cisplatin.
 
-.PHONY: install demo test test-slow bench clean device-kit device-kit-finetune device-hide-assets device-restore-assets
+.PHONY: install demo test test-slow bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,28 +33,6 @@ test-slow: install
 
 bench: install
 	$(BIN)/python benchmarks/bench_linkers.py
-
-# Pretraining on a lent GPU (README, "On a lent GPU"): the kit that travels in carry, and the
-# bundled assets (81 MB) kept out of the 64 MiB a device call sends; restore before committing.
-device-kit: install
-	$(BIN)/python -m training.device.kit prepare --output .device
-
-# The CPU recipe of the default on a lent GPU (scripts/device-finetune.sh): key sets (spacy project
-# run keys) travel without their vectors, dev packs include CADEC fold 0.
-device-kit-finetune: install
-	$(BIN)/python -m training.device.kit prepare --output .device --pairs '' \
-		--datasets ncbi-disease,bc5cdr-disease,bc5cdr-chemical,cadec \
-		--keys corpus/keys/linking-kb,corpus/keys/ncbi-disease,corpus/keys/bc5cdr-disease,corpus/keys/bc5cdr-chemical,corpus/keys/cadec
-
-device-hide-assets:
-	mkdir -p .git/info && touch .git/info/exclude
-	grep -qxF '/spacy_sapbert/assets/' .git/info/exclude || echo '/spacy_sapbert/assets/' >> .git/info/exclude
-	git rm -r -q --cached spacy_sapbert/assets
-
-device-restore-assets:
-	git reset -q -- spacy_sapbert/assets
-	sed -i '\#^/spacy_sapbert/assets/$$#d' .git/info/exclude
-	git status --short spacy_sapbert/assets
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 RUN = """
 import json, sys
 from pathlib import Path
-from spacy_sapbert.corpus import link_corpus
-from spacy_sapbert.shards import LinkSettings
+from spacy_sapbert.corpus.linking import link_corpus
+from spacy_sapbert.corpus.shards import LinkSettings
 summary = link_corpus(sys.argv[1], Path(sys.argv[2]), LinkSettings(), engine=sys.argv[3],
                       workers=int(sys.argv[4]), docs_per_shard=int(sys.argv[5]), progress=False)
 print(json.dumps({"documents": summary.documents, "mentions": summary.mentions, "seconds": summary.seconds,
@@ -38,7 +38,7 @@ print(json.dumps({"documents": summary.documents, "mentions": summary.mentions, 
 
 
 def write_corpus(folder: Path, data_dir: Path, n_docs: int) -> None:
-    from training.datasets import load_pubtator_split
+    from spacy_sapbert.training.data.datasets import load_pubtator_split
 
     docs = [d for split in ("train", "dev") for d in load_pubtator_split("bc5cdr-disease", split, data_dir).documents]
     docs = docs[:n_docs]
@@ -66,7 +66,7 @@ def shard_lines(out: Path) -> list:
 
 
 def main() -> None:
-    from training.datasets import DEFAULT_DATA_DIR
+    from spacy_sapbert.training.data.datasets import DEFAULT_DATA_DIR
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)

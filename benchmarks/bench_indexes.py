@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from spacy_sapbert.ranking.concepts import search_concepts
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,8 +32,8 @@ def exact_index_dir(index: str) -> Path:
     if index != "default":
         return Path(index)
     from spacy_sapbert.assets import default_model_path
-    from spacy_sapbert.resources import exact_default_index_path
-    from spacy_sapbert.encoder import TorchEncoder
+    from spacy_sapbert.search.resolve import exact_default_index_path
+    from spacy_sapbert.encoders.transformer import TorchEncoder
 
     return exact_default_index_path(TorchEncoder(default_model_path()))
 
@@ -40,9 +41,9 @@ def exact_index_dir(index: str) -> Path:
 def queries(index_dir: Path, data_dir: Path, out: Path) -> Path:
     """Encode the dev mentions with the index's model at int8; save them as .npy."""
     from spacy_sapbert.assets import default_model_path
-    from spacy_sapbert.resources import load_encoder
-    from spacy_sapbert.index import ConceptIndex
-    from training.datasets import load_pubtator_split
+    from spacy_sapbert.encoders.loading import load_encoder
+    from spacy_sapbert.search.index import ConceptIndex
+    from spacy_sapbert.training.data.datasets import load_pubtator_split
 
     texts = sorted({m.text for dataset in ("ncbi-disease", "bc5cdr-disease", "bc5cdr-chemical")
                     for doc in load_pubtator_split(dataset, "dev", data_dir).documents for m in doc.mentions})
@@ -58,7 +59,7 @@ def child(saved: Path, query_file: Path, mmap: bool) -> dict:
     """Load one saved index (memory-mapped if asked) and search it; report figures and results."""
     import faiss
 
-    from spacy_sapbert.index import ConceptIndex
+    from spacy_sapbert.search.index import ConceptIndex
 
     faiss.omp_set_num_threads(2)
     vectors = np.load(query_file)
@@ -66,7 +67,7 @@ def child(saved: Path, query_file: Path, mmap: bool) -> dict:
     loaded = ConceptIndex.load(saved, mmap=mmap)
     load = time.perf_counter() - start
     start = time.perf_counter()
-    found = [[c for c, _ in row] for row in loaded.search(vectors, k=K)]
+    found = [[c for c, _ in row] for row in search_concepts(loaded, vectors, k=K)]
     search = time.perf_counter() - start
     return {"load_s": load, "ms_per_query": 1000 * search / len(vectors), "found": found,
             "peak_rss_mb": peak_rss_mb()}
@@ -104,7 +105,7 @@ def main():
     if args.child:
         print(json.dumps(child(Path(args.child), args.queries, args.mmap)))
         return
-    from spacy_sapbert.index import FAISS_FILE, ConceptIndex
+    from spacy_sapbert.search.index import FAISS_FILE, ConceptIndex
 
     index_dir = exact_index_dir(args.index)
     rows = []
@@ -112,7 +113,7 @@ def main():
         query_file = queries(index_dir, args.data_dir, Path(tmp) / "queries.npy")
         exact = ConceptIndex.load(index_dir)
         vectors = np.load(query_file)
-        exact_found = [[c for c, _ in row] for row in exact.search(vectors, k=K)]
+        exact_found = [[c for c, _ in row] for row in search_concepts(exact, vectors, k=K)]
         truth = [set(row) for row in exact_found]
         for kind in [t.strip() for t in args.types.split(",") if t.strip()]:
             index_type, _, mmap = kind.partition(" ")

@@ -35,7 +35,7 @@ CHUNK = 1 << 16
 def synthetic_rows(exact_dir: Path, n_rows: int, out: Path, noise: float = 0.016) -> np.ndarray:
     """Write n_rows vectors to `out` (.npy, float32): the real ones, then perturbed copies of them
     in order; return each row's concept position."""
-    from spacy_sapbert.index import ROWS_FILE, ConceptIndex
+    from spacy_sapbert.search.index import ROWS_FILE, ConceptIndex
 
     exact = ConceptIndex.load(exact_dir)
     n_real = exact.index.ntotal
@@ -55,7 +55,7 @@ def synthetic_rows(exact_dir: Path, n_rows: int, out: Path, noise: float = 0.016
 
 
 def top_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray) -> list:
-    from spacy_sapbert.ranking import best_concepts
+    from spacy_sapbert.ranking.concepts import best_concepts
 
     return [{c for c, _ in best_concepts(s, r, row_concepts, K)} for s, r in zip(scores, rows)]
 
@@ -82,8 +82,8 @@ def child(vector_file: Path, index_type: str, queries_file: Path, saved: Path, e
     import faiss
 
     from bench_indexes import peak_rss_mb
-    from spacy_sapbert.index import _search_params, make_faiss_index
-    from spacy_sapbert.streamed import DiskVectors
+    from spacy_sapbert.search.index import _search_params, make_faiss_index
+    from spacy_sapbert.search.streamed import DiskVectors
 
     faiss.omp_set_num_threads(2)
     vectors = DiskVectors(vector_file)  # read a chunk at a time, never mapped: RSS is the index's

@@ -3,22 +3,25 @@ SapBERT-style embeddings searched in a FAISS index.
 
 spaCy finds the `sapbert_linker` factory through the `spacy_factories` entry point, so
 `nlp.add_pipe("sapbert_linker")` and `spacy.load` need no import. The names below load on first
-use, so the torch-only modules (`encoder`, `encoding`, `cache`, `ranking`, `kb`) import where
-spaCy and FAISS are absent, as on a borrowed GPU machine that trains a model. It never imports the training code.
+use, so importing the package costs nothing, and the modules training needs (`encoders`,
+`cache`, `ranking`, `kb`) import on a machine that has torch but neither spaCy nor FAISS. The
+layers, top down: `cli` → `pipe` → `candidates` → `ranking` → `search` + `encoders` → `kb`;
+`corpus` links whole corpora through the pipe (docs/CONTRIBUTING.md). The runtime never imports
+`spacy_sapbert.training`.
 """
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
-    "Concept": "kb",
-    "KBFormatError": "kb",
-    "KnowledgeBase": "kb",
-    "load_kb": "kb_formats",
-    "write_jsonl": "kb_formats",
-    "SapBERTLinker": "linker",
-    "make_sapbert_linker": "linker",
-    "load_ner": "demo",
+    "Concept": "kb.concepts",
+    "KBFormatError": "kb.concepts",
+    "KnowledgeBase": "kb.concepts",
+    "load_kb": "kb.formats",
+    "write_jsonl": "kb.formats",
+    "SapBERTLinker": "pipe.linker",
+    "make_sapbert_linker": "pipe.linker",
+    "load_ner": "pipe.bundled",
 }
 
 __all__ = sorted(_EXPORTS)

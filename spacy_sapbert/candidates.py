@@ -12,15 +12,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 from spacy.lang.en.stop_words import STOP_WORDS
 
-from .encoding import mention_of
-from .kb import name_hash
-from .ranking import Candidates
+from .encoders.base import mention_of
+from .kb.concepts import name_hash
+from .ranking.concepts import Candidates, search_concepts
 
 # A mention to link: its text, and the type prefixes its concepts must have (() for any). For
-# a contextual model the text is the mention in its window (encoding.in_window): the window is
+# a contextual model the text is the mention in its window (encoders.base.in_window): the window is
 # encoded, the mention between the markers matched and scored by characters.
 Mention = Tuple[str, Tuple[str, ...]]
 
@@ -36,22 +35,7 @@ class CandidateSettings:
     filter_for_definitions, no_definition_threshold: scispaCy's: keep only concepts with a
         definition, unless they score at least no_definition_threshold. Off by default here,
         unlike scispaCy, because the open ontologies bundled carry no definitions.
-    exact_match: a mention that equals a name of the index (ignoring case and spacing) gets
-        that name's concepts with score 1.0 and is not encoded.
-    exact_first: the concepts holding a name that equals the mention (ignoring case and
-        spacing) among the names searched rank before the others, in the model's order, and the
-        others stay as alternatives: a close cluster of another concept's names no longer
-        outranks the dictionary's own name for it under the synonym-marginal score (README).
     cache_size: mentions whose candidates are remembered (least recently used go first); 0: off.
-    sparse_weight: BioSyn's hybrid score: a concept scores (cosine + w × the char 3-gram tf-idf
-        cosine of mention and name) / (1 + w) over the dense search's best names. None takes the
-        w the model was trained with (its sapbert_sparse.json), else 0; 0 is dense only.
-    marginal_tau: rank a mention's concepts by BioSyn's synonym-marginal score, the soft maximum
-        tau × log Σ exp(score / tau) over each concept's names among the rows searched (64 with
-        the hybrid score, else 4 × k or 32, whichever is more), so that a concept many close names point to
-        (a training convention) outranks one lone name; each concept keeps its best name's score,
-        which `threshold` reads. None takes the tau the model was trained with (its
-        sapbert_marginal.json), else 0; 0 ranks concepts by their best name.
     """
 
     k: int = 10
@@ -59,11 +43,34 @@ class CandidateSettings:
     max_entities_per_mention: int = 5
     filter_for_definitions: bool = False
     no_definition_threshold: float = 0.95
-    exact_match: bool = False
-    exact_first: bool = True
     cache_size: int = 10000
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass
+class Scoring:
+    """How a model's search hits are scored and ranked. A trained model records its own values
+    (its sapbert.json); None here takes them, a value overrides them.
+
+    sparse_weight: BioSyn's hybrid score: a concept scores (cosine + w × the char 3-gram tf-idf
+        cosine of mention and name) / (1 + w) over the dense search's best names; 0 is dense only.
+    marginal_tau: rank a mention's concepts by BioSyn's synonym-marginal score, the soft maximum
+        tau × log Σ exp(score / tau) over each concept's names among the rows searched, so that a
+        concept many close names point to outranks one lone name; each concept keeps its best
+        name's score, which `threshold` reads; 0 ranks concepts by their best name.
+    exact_first: the concepts holding a name that equals the mention (ignoring case and
+        spacing) among the names searched rank before the others, in the model's order; the
+        others stay as alternatives.
+    exact_match: a mention that equals a name of the index (ignoring case and spacing) gets
+        that name's concepts with score 1.0 and is not encoded.
+    """
+
     sparse_weight: Optional[float] = None
     marginal_tau: Optional[float] = None
+    exact_first: bool = True
+    exact_match: bool = False
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -100,6 +107,13 @@ def check_settings(settings) -> None:
                          "sapbert_linker config.")
 
 
+def read_scoring(model_path) -> Scoring:
+    """The scoring a model directory records (0 where it records none)."""
+    from .encoders.base import recorded_marginal_tau, recorded_sparse_weight
+
+    return Scoring(sparse_weight=recorded_sparse_weight(model_path), marginal_tau=recorded_marginal_tau(model_path))
+
+
 def has_content(text: str) -> bool:
     """Whether a mention can name a concept: it has a letter or digit (not only spaces,
     punctuation or control characters) and a word that is not a stop word as written ("a", "the",
@@ -112,51 +126,65 @@ def has_content(text: str) -> bool:
 class CandidateGenerator:
     """Ranked concepts for mentions, from an encoder and a concept index.
 
-    encoder: embeds mentions (any `encoding.Encoder`); the index answers to its fingerprint.
-    index: an `index.ConceptIndex`; hybrid: a `sparse.HybridRescorer` over its names, or None.
-    settings: a `CandidateSettings` (the pipe shares its own, so changing a knob takes effect).
+    encoder: embeds mentions (any `encoders.base.Encoder`); the index answers to its fingerprint.
+    index: a `search.index.ConceptIndex`.
+    settings: a `CandidateSettings`; scoring: a `Scoring` (the pipe shares its own objects and
+        clears the cache when a value changes, so a change takes effect at once).
     content_rule: mentions without content get nothing (has_content); the harness turns it off,
         because its protocol lower-cases mentions ("WAS", Wiskott-Aldrich syndrome, would read
         as the stop word "was") and scores every mention.
-    recorded_tau: the synonym-marginal tau the model records, used while settings.marginal_tau
-        is None.
+    recorded: the scoring the model records (read_scoring), used where `scoring` says None.
+    hybrid: the hybrid score's `ranking.hybrid.HybridRescorer` over the index's names; made from
+        the index (and cached) on first need when not given.
     """
 
-    def __init__(self, encoder, index, settings: Optional[CandidateSettings] = None, hybrid=None,
-                 content_rule: bool = True, recorded_tau: float = 0.0):
+    def __init__(self, encoder, index, settings: Optional[CandidateSettings] = None,
+                 scoring: Optional[Scoring] = None, content_rule: bool = True,
+                 recorded: Optional[Scoring] = None, hybrid=None):
         self.content_rule = content_rule
-        self.recorded_tau = recorded_tau
         self.encoder = encoder
         self.index = index
         self.settings = settings or CandidateSettings()
-        self.hybrid = hybrid
+        self.scoring = scoring or Scoring()
+        self.recorded = recorded or Scoring(sparse_weight=0.0, marginal_tau=0.0)
+        self._rescorer = hybrid
         self._cache: "OrderedDict[Mention, Candidates]" = OrderedDict()
 
     @classmethod
-    def load(cls, encoder_loader, index_loader, settings: CandidateSettings, graph_over=None) -> "CandidateGenerator":
-        """Load the encoder and index the loaders name (`loaders`), and the hybrid score's
-        state when its weight is not 0."""
-        from .cache import cache_dir
-        from .encoding import recorded_marginal_tau, recorded_sparse_weight
-
-        encoder = encoder_loader.load()
+    def load(cls, encoder_loader, index_loader, settings: CandidateSettings, scoring: Optional[Scoring] = None,
+             graph_over=None) -> "CandidateGenerator":
+        """Load the encoder and index the loaders name (`pipe.loaders`), with the scoring the
+        model records."""
+        encoder = encoder_loader.load(calibration=index_loader.calibration())
         index = index_loader.load(encoder, graph_over=graph_over)
         model_path = getattr(encoder, "path", None) or encoder_loader.model_path()
-        weight = settings.sparse_weight
-        if weight is None:
-            weight = recorded_sparse_weight(model_path)
-        hybrid = None
-        if weight:
-            from .sparse import HybridRescorer
-
-            hybrid = HybridRescorer.for_index(index, weight, cache=cache_dir())
-        return cls(encoder, index, settings, hybrid, recorded_tau=recorded_marginal_tau(model_path))
+        return cls(encoder, index, settings, scoring, recorded=read_scoring(model_path))
 
     @property
     def tau(self) -> float:
         """The synonym-marginal tau concepts are ranked by (0: by their best name)."""
-        tau = self.settings.marginal_tau
-        return self.recorded_tau if tau is None else float(tau)
+        tau = self.scoring.marginal_tau
+        return float(self.recorded.marginal_tau if tau is None else tau)
+
+    @property
+    def sparse_weight(self) -> float:
+        """The hybrid score's sparse weight (0: dense only)."""
+        weight = self.scoring.sparse_weight
+        return float(self.recorded.sparse_weight if weight is None else weight)
+
+    @property
+    def hybrid(self):
+        """The hybrid score's rescorer at the current sparse weight, or None when dense only."""
+        weight = self.sparse_weight
+        if not weight:
+            return None
+        if self._rescorer is None:
+            from .cache import cache_dir
+            from .ranking.hybrid import HybridRescorer
+
+            self._rescorer = HybridRescorer.for_index(self.index, weight, cache=cache_dir())
+        self._rescorer.weight = weight
+        return self._rescorer
 
     def generate(self, mentions: Sequence[Mention]) -> List[Candidates]:
         """For each mention, its candidates [(concept_id, score), …], best first: those scoring
@@ -183,7 +211,7 @@ class CandidateGenerator:
             elif mention in self._cache:
                 self._cache.move_to_end(mention)
                 found[mention] = self._cache[mention]
-            elif self.settings.exact_match:
+            elif self.scoring.exact_match:
                 exact = self._exact(mention_of(mention[0]), mention[1])
                 if exact:
                     found[mention] = exact
@@ -205,16 +233,12 @@ class CandidateGenerator:
         found: Dict[Mention, Candidates] = {}
         for types, group in by_types.items():
             query = vectors[[row_of[t] for t in group]]
-            keys = [name_hash(mention_of(t)) for t in group] if self.settings.exact_first else None
-            if self.hybrid is None:
-                results = self.index.search(query, k=self.settings.k, type_prefixes=types or None, tau=self.tau,
-                                            exact_keys=keys)
-            else:
-                from .sparse import HYBRID_ROWS
-
-                results = self.index.search(query, k=self.settings.k, type_prefixes=types or None,
-                                            rescore=self.hybrid.for_texts([mention_of(t) for t in group]),
-                                            min_rows=HYBRID_ROWS, tau=self.tau, exact_keys=keys)
+            keys = [name_hash(mention_of(t)) for t in group] if self.scoring.exact_first else None
+            rescore, min_rows, hybrid = None, 32, self.hybrid
+            if hybrid is not None:
+                rescore, min_rows = hybrid.for_texts([mention_of(t) for t in group]), hybrid.rows
+            results = search_concepts(self.index, query, self.settings.k, types or None, rescore=rescore,
+                                      min_rows=min_rows, tau=self.tau, exact_keys=keys)
             found.update(((text, types), candidates) for text, candidates in zip(group, results))
         return found
 

@@ -11,7 +11,7 @@ import typer
 from wasabi import msg
 
 from .assets import DEFAULT, MESH_LABEL_TYPES
-from .index import INDEX_TYPES
+from .search.index import INDEX_TYPES
 
 app = typer.Typer(
     help="Link biomedical entity mentions to ontology concepts with SapBERT-style embeddings.",
@@ -45,9 +45,9 @@ def _fail(err: Exception) -> None:
 
 
 def _user_errors() -> tuple:
-    from .encoding import EncoderError
-    from .index import ConceptIndexError
-    from .kb import KBFormatError
+    from .encoders.base import EncoderError
+    from .search.index import ConceptIndexError
+    from .kb.concepts import KBFormatError
 
     return (KBFormatError, ConceptIndexError, EncoderError, FileNotFoundError)
 
@@ -65,7 +65,7 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progre
 
 def _label_types_option(label_types: Optional[str], format: "KBFormat") -> dict:
     """build-index's --label-types, parsed and checked (MeSH's default map for a mesh KB)."""
-    from .index import check_label_types
+    from .search.index import check_label_types
 
     try:
         mapping = json.loads(label_types) if label_types else (MESH_LABEL_TYPES if format == KBFormat.mesh else {})
@@ -106,9 +106,9 @@ def build_index(
     The vectors stream to --work-dir chunk by chunk, so a KB with more names than fit in memory
     as float32 builds, and a killed build resumes from its last chunk when run again."""
     from .assets import resolve_model
-    from .index import ConceptIndex
-    from .resources import load_encoder
-    from .kb_formats import load_kb
+    from .search.index import ConceptIndex
+    from .encoders.loading import load_encoder
+    from .kb.formats import load_kb
 
     kwargs: Dict[str, object] = {}
     if format == KBFormat.mesh:
@@ -147,7 +147,7 @@ def convert_index(
     prefer: str = typer.Option("", "--prefer", help="Comma-separated id patterns (regular expressions matching whole ids), best first: a name several concepts of one label bear is kept only for the best (e.g. 'D[0-9]+,C[0-9]+': MeSH descriptors, then supplementary concepts, then the rest)."),
 ):
     """Re-index an index's vectors as another FAISS type (e.g. compress it), without encoding."""
-    from .index import ConceptIndex
+    from .search.index import ConceptIndex
 
     try:
         patterns = [p for p in prefer.split(",") if p]
@@ -169,7 +169,7 @@ class InputFormat(str, Enum):
 
 def _read_inputs(path: Path, format: str = "auto") -> List[dict]:
     """Records with a "text": one per line of `path` ("-": standard input); corpus.parse_records."""
-    from .shards import parse_records
+    from .corpus.shards import parse_records
 
     handle = sys.stdin if str(path) == "-" else path.open(encoding="utf-8-sig")
     try:
@@ -200,7 +200,7 @@ def _is_corpus_input(input: Optional[Path]) -> bool:
 
 def _link_corpus(input: Path, output: Optional[Path], settings, engine: str, workers: Optional[int],
                  address: Optional[str], docs_per_shard: int) -> None:
-    from .corpus import link_corpus
+    from .corpus.linking import link_corpus
 
     if output is None:
         _fail(ValueError(f"--input {input} names several documents files: give --output OUT_DIR for their shards."))
@@ -236,7 +236,7 @@ def link(
 
     With --input a folder or a glob, link a corpus into --output OUT_DIR, one shard per
     --docs-per-shard lines of each file; a rerun skips the shards already complete."""
-    from .shards import CorpusError, LinkSettings, ShardLinker
+    from .corpus.shards import CorpusError, LinkSettings, ShardLinker
 
     if (text is None) == (input is None):
         _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
@@ -281,14 +281,17 @@ def export_onnx_command(
     precision: Precision = typer.Option(Precision.int8, "--precision", help="int8 (quantised weights) or fp32."),
     pooling: str = typer.Option("auto", "--pooling", help="cls, mean, mention (a contextual model's), or auto (the model's own)."),
     max_length: int = typer.Option(25, "--max-length", help="Tokens per mention."),
+    calibration: Optional[Path] = typer.Option(
+        None, "--calibration", help="Index directory or KB file whose names set the int8 activation scales: the "
+        "names the model will search (default: the bundled index's)."),
 ):
     """Export a model to ONNX for fast CPU linking; pass the directory as the linker's `model`."""
     from .assets import resolve_model
-    from .onnx_encoder import export_onnx
+    from .encoders.onnx import export_onnx
 
     try:
         path = export_onnx(resolve_model(model), output, pooling=pooling, max_length=max_length,
-                           precision=precision.value)
+                           precision=precision.value, calibration=calibration)
     except _user_errors() as err:
         _fail(err)
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
@@ -306,7 +309,7 @@ def _is_spacy_meta(path: Path) -> bool:
 @app.command("info")
 def info(path: Path = typer.Argument(..., help="An index directory, or a pipeline directory holding sapbert_linker.")):
     """Show what an index (or a saved pipeline's linker) was built from."""
-    from .index import META_FILE
+    from .search.index import META_FILE
 
     # A saved pipeline's own meta.json is spaCy's; its linker keeps the index in <component>/index.
     candidates = [path / META_FILE, path / "index" / META_FILE, *sorted(path.glob(f"*/index/{META_FILE}"))]

@@ -52,7 +52,7 @@ def tiny_model(tmp_path_factory) -> Path:
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    from spacy_sapbert.encoding import POOLING_FILE
+    from spacy_sapbert.encoders.base import POOLING_FILE
 
     path = tmp_path_factory.mktemp("tiny-bert")
     vocab_file = path / "vocab.txt"
@@ -82,7 +82,7 @@ def tiny_kb_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_kb(tiny_kb_file):
-    from spacy_sapbert.kb_formats import read_jsonl
+    from spacy_sapbert.kb.formats import read_jsonl
 
     return read_jsonl(tiny_kb_file, name="tiny")
 
@@ -103,7 +103,7 @@ def tiny_pairs(tmp_path_factory, tiny_kb):
 
 @pytest.fixture(scope="session")
 def tiny_encoder(tiny_model):
-    from spacy_sapbert.encoder import TorchEncoder
+    from spacy_sapbert.encoders.transformer import TorchEncoder
 
     return TorchEncoder(tiny_model, batch_size=4)
 
@@ -112,7 +112,7 @@ def tiny_encoder(tiny_model):
 def tiny_index_dir(tiny_kb, tiny_encoder, tmp_path_factory) -> Path:
     """A flat index over the tiny ontology, saved, with MeSH-style label types."""
     from spacy_sapbert.assets import MESH_LABEL_TYPES
-    from spacy_sapbert.index import ConceptIndex
+    from spacy_sapbert.search.index import ConceptIndex
 
     index = ConceptIndex.build(tiny_kb, tiny_encoder)
     index.meta["label_types"] = MESH_LABEL_TYPES

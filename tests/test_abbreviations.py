@@ -3,9 +3,9 @@ for the harness (document_abbreviations) and the pipe (long_forms) alike."""
 import pytest
 import spacy
 
-from training import datasets as ds
-from spacy_sapbert.abbreviations import expand_abbreviations, linked_text, short_form_segments
-from training.protocol import build_queries, document_abbreviations
+from spacy_sapbert.training.data import datasets as ds
+from spacy_sapbert.pipe.abbreviations import expand_abbreviations, linked_text, short_form_segments
+from spacy_sapbert.training.data.protocol import build_queries, document_abbreviations
 
 from conftest import ruler_nlp
 
@@ -233,8 +233,8 @@ def test_the_pipe_keeps_a_name_of_the_index_as_written(tmp_path, tiny_model, tin
 
     import scispacy.abbreviation  # noqa: F401
 
-    from spacy_sapbert.index import ConceptIndex
-    from spacy_sapbert.kb_formats import read_jsonl
+    from spacy_sapbert.search.index import ConceptIndex
+    from spacy_sapbert.kb.formats import read_jsonl
 
     concepts = [{"concept_id": "C538554", "canonical_name": "diminished GALC activity", "aliases": [], "types": ["C10"]},
                 {"concept_id": "D007965", "canonical_name": "galactosylceramidase deficiency",

@@ -8,9 +8,9 @@ import torch
 
 pytest.importorskip("peft")
 
-from training.adapters import linear_layers, rank_for  # noqa: E402
-from training.config import TrainConfig, TrainingConfigError  # noqa: E402
-from training.loop import Trainer  # noqa: E402
+from spacy_sapbert.training.trainer.adapters import linear_layers, rank_for  # noqa: E402
+from spacy_sapbert.training.trainer.config import TrainConfig, TrainingConfigError  # noqa: E402
+from spacy_sapbert.training.trainer.loop import Trainer  # noqa: E402
 
 
 def adapter_config(tiny_model, fraction, **training):
@@ -24,7 +24,7 @@ def adapter_config(tiny_model, fraction, **training):
 
 @pytest.mark.parametrize("fraction", [0.13, 0.01])
 def test_the_rank_gives_the_asked_share_of_the_base(tiny_model, fraction):
-    from spacy_sapbert.encoder import load_transformer
+    from spacy_sapbert.encoders.transformer import load_transformer
 
     _, model = load_transformer(tiny_model)
     _, per_rank = linear_layers(model)
@@ -35,14 +35,16 @@ def test_the_rank_gives_the_asked_share_of_the_base(tiny_model, fraction):
 
 
 def test_only_the_adapter_trains_and_is_saved_and_the_runtime_merges_it(tiny_model, tiny_pairs, tmp_path):
-    from spacy_sapbert.encoder import ADAPTER_FILE, TorchEncoder
-    from spacy_sapbert.resources import load_encoder
+    from spacy_sapbert.encoders.transformer import ADAPTER_FILE, TorchEncoder
+    from spacy_sapbert.encoders.loading import load_encoder
 
     final = Trainer(adapter_config(tiny_model, 0.13), tiny_pairs, tmp_path / "run").train()
     saved = {p.name for p in final.iterdir()}
     assert ADAPTER_FILE in saved and "adapter_model.safetensors" in saved and "model.safetensors" not in saved
     assert json.loads((final / ADAPTER_FILE).read_text())["base_model_name_or_path"] == str(tiny_model)
-    record = json.loads((final / "training.json").read_text())
+    from spacy_sapbert.encoders.settings import read_settings
+
+    record = read_settings(final)["training"]
     assert record["config"]["model"]["adapter"] == "lora"
     base, adapted = TorchEncoder(tiny_model), TorchEncoder(final)
     texts = ["lactic acidosis", "metformin", "renal failure"]
@@ -67,6 +69,7 @@ def test_an_adapter_run_resumes_to_the_same_adapter(tiny_model, tiny_pairs, tmp_
         assert torch.allclose(expected[name], got[name], atol=1e-6), name
 
 
-def test_an_unknown_adapter_is_refused(tiny_model):
-    with pytest.raises(TrainingConfigError, match="adapter must be"):
-        TrainConfig.from_dict({"model": {"name_or_path": str(tiny_model), "adapter": "bottleneck"}})
+def test_an_unknown_adapter_is_refused_before_the_model_loads(tiny_model, tiny_pairs, tmp_path):
+    config = TrainConfig.from_dict({"model": {"name_or_path": str(tiny_model), "adapter": "bottleneck"}})
+    with pytest.raises(TrainingConfigError, match=r"Unknown \[model\] adapter 'bottleneck'; use one of .*lora"):
+        Trainer(config, tiny_pairs, tmp_path)

@@ -4,7 +4,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("spacy_sapbert", "training")
+PACKAGES = ("spacy_sapbert",)
 MAX_LINES = 60
 
 

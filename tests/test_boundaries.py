@@ -1,16 +1,34 @@
-"""The runtime package stands alone: it never imports the training code."""
+"""The runtime stands alone: no module outside `spacy_sapbert.training` imports the training code,
+and a built wheel holds no top-level package but `spacy_sapbert`."""
 import ast
 import subprocess
 import sys
 from pathlib import Path
 
-RUNTIME = Path(__file__).resolve().parents[1] / "spacy_sapbert"
+ROOT = Path(__file__).resolve().parents[1]
+RUNTIME = ROOT / "spacy_sapbert"
+TRAINING = RUNTIME / "training"
+
+
+def _imported(path: Path):
+    """Absolute names of the modules `path` imports, relative imports resolved."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
 def test_importing_the_runtime_does_not_import_training():
     code = (
-        "import sys, spacy_sapbert, spacy_sapbert.cli, spacy_sapbert.demo, spacy_sapbert.encoder; "
-        "bad = [m for m in sys.modules if m == 'training' or m.startswith('training.')]; "
+        "import sys, spacy_sapbert, spacy_sapbert.cli, spacy_sapbert.pipe.bundled, spacy_sapbert.encoders.transformer; "
+        "bad = [m for m in sys.modules if m.startswith(('training', 'spacy_sapbert.training'))]; "
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -18,11 +36,19 @@ def test_importing_the_runtime_does_not_import_training():
 
 def test_no_runtime_module_names_training():
     for path in RUNTIME.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-            else:
-                continue
-            assert not any(n.split(".")[0] in ("training", "pytorch_metric_learning") for n in names), path
+        if TRAINING in path.parents:
+            continue
+        bad = [name for name in _imported(path) if name.split(".")[0] in ("training", "pytorch_metric_learning")
+               or name.startswith("spacy_sapbert.training")]
+        assert not bad, (path, bad)
+
+
+def test_data_preparation_does_not_import_the_harness():
+    for path in (TRAINING / "data").rglob("*.py"):
+        bad = [name for name in _imported(path) if name.startswith("spacy_sapbert.training.evaluation")]
+        assert not bad, (path, bad)
+
+
+def test_the_only_top_level_package_is_spacy_sapbert():
+    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    assert packages == ["spacy_sapbert"], packages

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spacy_sapbert import cache as cache_module, resources
+from spacy_sapbert import cache as cache_module
+from spacy_sapbert.search import resolve as resources
 from spacy_sapbert.cache import ResourceError, cached_build
 
 
@@ -85,15 +86,15 @@ def test_a_damaged_cached_index_is_not_taken_as_intact(tiny_index_dir, tiny_enco
     meta = json.loads((copy / "meta.json").read_text())
     del meta["files"]
     (copy / "meta.json").write_text(json.dumps(meta))
-    from spacy_sapbert.index import ConceptIndex, ConceptIndexError
+    from spacy_sapbert.search.index import ConceptIndex, ConceptIndexError
 
     with pytest.raises(ConceptIndexError, match="records no file checksums"):
         ConceptIndex.load(copy)
 
 
 def test_a_damaged_onnx_export_is_exported_again_and_a_given_one_refused(cache, tiny_model, caplog):
-    from spacy_sapbert.encoding import EncoderError
-    from spacy_sapbert.onnx_encoder import OnnxEncoder, exported_model
+    from spacy_sapbert.encoders.base import EncoderError
+    from spacy_sapbert.encoders.onnx import OnnxEncoder, exported_model
 
     first = exported_model(tiny_model, "int8")
     vectors = OnnxEncoder(first).encode(["lactic acidosis"])

@@ -95,7 +95,7 @@ def test_label_types_of_the_wrong_shape_are_refused_where_given(tiny_kb_file, ti
     import shutil
 
 
-    from spacy_sapbert.index import ConceptIndex, ConceptIndexError
+    from spacy_sapbert.search.index import ConceptIndex, ConceptIndexError
 
     result = runner.invoke(app, ["build-index", "--kb", str(tiny_kb_file), "--format", "jsonl", "--model", str(tiny_model),
                                  "--output", str(tmp_path / "o"), "--label-types", '["Disease"]'])
@@ -115,7 +115,7 @@ def test_rows_outside_the_kb_are_refused_at_load_even_with_fresh_checksums(cli_i
     import numpy as np
 
     from spacy_sapbert.cache import file_sha256
-    from spacy_sapbert.index import ConceptIndex, ConceptIndexError
+    from spacy_sapbert.search.index import ConceptIndex, ConceptIndexError
 
     bad = shutil.copytree(cli_index, tmp_path / "bad-rows")
     rows = np.load(bad / "rows.npy")

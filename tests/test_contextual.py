@@ -1,17 +1,16 @@
 """Contextual mentions (CL+KGE), the model side: [Ms] and [Me] added to the tokenizer, the
 vector the mean over the mention's tokens, the mode recorded beside the model, and the pipe and
 the harness asking mentions in their sentence's window."""
-import json
 
 import numpy as np
 import pytest
 import torch
 
-from spacy_sapbert.encoding import MENTION_CONTEXT_FILE, MENTION_END, MENTION_START
+from spacy_sapbert.encoders.base import MENTION_END, MENTION_START, recorded_context
 from tests.conftest import DEMO_PATTERNS, ruler_nlp
 from tests.test_project import _write_context_pairs
-from training.config import TrainConfig, TrainingConfigError
-from training.loop import Trainer
+from spacy_sapbert.training.trainer.config import TrainConfig, TrainingConfigError
+from spacy_sapbert.training.trainer.loop import Trainer
 
 WINDOW, MAX_LENGTH = 12, 48  # the tiny model has 64 positions
 
@@ -28,20 +27,20 @@ def contextual_model(tiny_model, tiny_kb_file, tmp_path_factory):
 
 
 def test_the_markers_are_tokens_of_their_own_and_the_mode_is_recorded(contextual_model, tiny_model):
-    from spacy_sapbert.encoder import TorchEncoder
+    from spacy_sapbert.encoders.transformer import TorchEncoder
 
     encoder = TorchEncoder(contextual_model)
     ids = encoder.tokenizer("took [Ms] Metformin [Me] daily")["input_ids"]
     assert [encoder.tokenizer.convert_ids_to_tokens(i) for i in ids].count(MENTION_START) == 1
     assert encoder.markers == tuple(encoder.tokenizer.convert_tokens_to_ids([MENTION_START, MENTION_END]))
     assert encoder.model.config.vocab_size == TorchEncoder(tiny_model).model.config.vocab_size + 2
-    assert json.loads((contextual_model / MENTION_CONTEXT_FILE).read_text()) == {"window": WINDOW, "max_length": MAX_LENGTH}
+    assert recorded_context(contextual_model) == {"window": WINDOW, "max_length": MAX_LENGTH}
     # A contextual model keeps the room its windows trained with, whatever max_length is asked.
     assert encoder.pooling == "mention" and encoder.context["window"] == WINDOW and encoder.max_length == MAX_LENGTH
 
 
 def test_the_vector_is_the_mean_over_the_mentions_tokens_and_a_name_pools_every_token(contextual_model):
-    from spacy_sapbert.encoder import TorchEncoder
+    from spacy_sapbert.encoders.transformer import TorchEncoder
 
     encoder = TorchEncoder(contextual_model)
     texts = ["patients took [Ms] lactic acidosis [Me] daily", "lactic acidosis"]
@@ -59,8 +58,8 @@ def test_the_vector_is_the_mean_over_the_mentions_tokens_and_a_name_pools_every_
 
 
 def test_the_onnx_export_pools_as_torch(contextual_model):
-    from spacy_sapbert.encoder import TorchEncoder
-    from spacy_sapbert.resources import load_encoder
+    from spacy_sapbert.encoders.transformer import TorchEncoder
+    from spacy_sapbert.encoders.loading import load_encoder
 
     texts = ["patients took [Ms] lactic acidosis [Me] daily", "metformin", "[Ms] metformin [Me]"]
     exact = TorchEncoder(contextual_model).encode(texts)
@@ -71,8 +70,8 @@ def test_the_onnx_export_pools_as_torch(contextual_model):
 
 
 def test_the_pipe_encodes_each_mention_in_its_sentence(contextual_model, tiny_kb, tmp_path):
-    from spacy_sapbert.encoder import TorchEncoder
-    from spacy_sapbert.index import ConceptIndex
+    from spacy_sapbert.encoders.transformer import TorchEncoder
+    from spacy_sapbert.search.index import ConceptIndex
 
     index_dir = ConceptIndex.build(tiny_kb, TorchEncoder(contextual_model)).save(tmp_path / "index")
     nlp = ruler_nlp(DEMO_PATTERNS)
@@ -104,9 +103,9 @@ def test_the_pipe_encodes_each_mention_in_its_sentence(contextual_model, tiny_kb
 
 
 def test_the_harness_asks_a_mention_in_its_window_or_alone(tiny_kb):
-    from training.datasets import Mention
-    from training.evaluate import Task, part_windows
-    from training.protocol import Query
+    from spacy_sapbert.training.data.datasets import Mention
+    from spacy_sapbert.training.evaluation.evaluate import Task, part_windows
+    from spacy_sapbert.training.data.protocol import Query
 
     text = "Metformin helps. Then lactic acidosis came."
     start = text.index("lactic")

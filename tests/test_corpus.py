@@ -13,8 +13,15 @@ from test_cli import said
 from typer.testing import CliRunner
 
 from spacy_sapbert.cli import app
-from spacy_sapbert.corpus import link_corpus
-from spacy_sapbert.shards import CorpusError, LinkSettings, ShardLinker, input_files, parse_records, plan_shards
+from spacy_sapbert.corpus.linking import link_corpus
+from spacy_sapbert.corpus.shards import (
+    CorpusError,
+    LinkSettings,
+    ShardLinker,
+    input_files,
+    parse_records,
+    plan_shards,
+)
 
 runner = CliRunner()
 
@@ -145,7 +152,7 @@ needs_ray_and_data = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def abstracts(tmp_path_factory):
-    from training.datasets import load_pubtator_split
+    from spacy_sapbert.training.data.datasets import load_pubtator_split
 
     folder = tmp_path_factory.mktemp("bc5cdr") / "in"
     folder.mkdir()

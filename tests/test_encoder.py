@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from spacy_sapbert.encoder import TorchEncoder
-from spacy_sapbert.encoding import EncoderError, detect_pooling
+from spacy_sapbert.encoders.transformer import TorchEncoder
+from spacy_sapbert.encoders.base import EncoderError, detect_pooling
 
 
 def test_vectors_are_unit_and_keep_input_order(tiny_encoder):

@@ -2,15 +2,20 @@ import json
 
 import pytest
 
-from spacy_sapbert.kb import Concept, KnowledgeBase
-from training import datasets as ds
-from training.evaluate import Task, evaluate_linking
-from training.scoring import accuracy_at_k
-from training.protocol import (
-    TextNormaliser, build_queries, composite_gold, dictionary_additions, document_abbreviations,
-    split_composite, add_training_names,
+from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+from spacy_sapbert.training.data import datasets as ds
+from spacy_sapbert.training.evaluation.evaluate import Task, evaluate_linking
+from spacy_sapbert.training.evaluation.scoring import accuracy_at_k
+from spacy_sapbert.training.data.protocol import (
+    TextNormaliser,
+    build_queries,
+    composite_gold,
+    dictionary_additions,
+    document_abbreviations,
+    split_composite,
+    add_training_names,
 )
-from training.systems import CharTfidf, ExactMatch
+from spacy_sapbert.training.evaluation.systems import CharTfidf, ExactMatch
 
 TITLE = "Duchenne muscular dystrophy (DMD) and breast and ovarian cancer."
 ABSTRACT = "DMD boys were studied. Ataxia-telangiectasia was absent."
@@ -198,7 +203,7 @@ def test_evaluate_linking_end_to_end():
 
 
 def test_report_writes_summary_and_plot(tmp_path):
-    from training.report import plot_accuracy_at_k, write_summary
+    from spacy_sapbert.training.evaluation.report import plot_accuracy_at_k, write_summary
 
     for system, acc in (("tfidf", 0.8), ("model", 0.9)):
         metrics = {"dataset": "ncbi-disease", "split": "dev", "system": system, "protocol": "lenient", "n": 10,
@@ -214,7 +219,7 @@ def test_report_writes_summary_and_plot(tmp_path):
 def test_model_results_are_filed_under_the_model_and_its_files(tiny_model, tmp_path):
     import shutil
 
-    from training.report import model_key
+    from spacy_sapbert.training.evaluation.report import model_key
 
     copy = shutil.copytree(tiny_model, tmp_path / "model")
     first = model_key(str(copy), "int8")

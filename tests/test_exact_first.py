@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spacy_sapbert.candidates import CandidateGenerator, CandidateSettings
-from spacy_sapbert.index import ConceptIndex
-from spacy_sapbert.kb import Concept, KnowledgeBase, name_hash
-from spacy_sapbert.ranking import best_concepts
+from spacy_sapbert.candidates import CandidateGenerator, CandidateSettings, Scoring
+from spacy_sapbert.search.index import ConceptIndex
+from spacy_sapbert.kb.concepts import Concept, KnowledgeBase, name_hash
+from spacy_sapbert.ranking.concepts import best_concepts
 
 
 def test_the_concept_of_an_exact_name_ranks_first_and_keeps_its_score():
@@ -65,8 +65,9 @@ class FixedEncoder:
 
 def test_the_pipe_settings_put_the_exact_name_first_with_alternatives(twin_index):
     def linked(**settings):
-        generator = CandidateGenerator(FixedEncoder(), twin_index, CandidateSettings(threshold=0.0, **settings),
-                                       content_rule=False, recorded_tau=0.05)
+        generator = CandidateGenerator(FixedEncoder(), twin_index, CandidateSettings(threshold=0.0),
+                                       Scoring(**settings), content_rule=False,
+                                       recorded=Scoring(sparse_weight=0.0, marginal_tau=0.05))
         return generator.generate([("Gut  Ache", ()), ("belly ache", ())])
 
     exact_first, by_model = linked(), linked(exact_first=False)
@@ -77,7 +78,8 @@ def test_the_pipe_settings_put_the_exact_name_first_with_alternatives(twin_index
 
 
 def test_exact_match_reads_the_same_row_keys(twin_index):
-    generator = CandidateGenerator(FixedEncoder(), twin_index, CandidateSettings(threshold=0.0, exact_match=True))
+    generator = CandidateGenerator(FixedEncoder(), twin_index, CandidateSettings(threshold=0.0),
+                                   Scoring(exact_match=True))
     assert generator.generate([("Stomach  colic", ()), ("tummy ache", ())])[0] == [("A", 1.0)]
 
 

@@ -8,10 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from spacy_sapbert.encoding import SPARSE_FILE, recorded_sparse_weight
-from spacy_sapbert.index import ConceptIndex
-from spacy_sapbert.kb import Concept, KnowledgeBase
-from spacy_sapbert.sparse import HybridRescorer
+from spacy_sapbert.encoders.base import SPARSE_FILE, recorded_sparse_weight
+from spacy_sapbert.search.index import ConceptIndex
+from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+from spacy_sapbert.ranking.hybrid import HybridRescorer
+from spacy_sapbert.ranking.concepts import search_concepts
 
 
 def test_rescored_hits_add_the_weighted_tfidf_cosine(tiny_kb):
@@ -44,7 +45,7 @@ def test_a_typo_finds_its_concept_through_the_sparse_term(tiny_index_dir, tiny_e
     query = "lactik acidossis"
     vectors = tiny_encoder.encode([query])
     hybrid = HybridRescorer(index.row_names(), weight=5.0)
-    found = index.search(vectors, k=3, rescore=hybrid.for_texts([query]), min_rows=64)[0]
+    found = search_concepts(index, vectors, k=3, rescore=hybrid.for_texts([query]), min_rows=64)[0]
     assert found[0][0] == "D000140"
     assert found[0][1] != pytest.approx(float(vectors[0] @ tiny_encoder.encode(["lactic acidosis"])[0]))
 
@@ -98,7 +99,7 @@ def test_the_pipe_takes_the_weight_the_model_records(tiny_model, tiny_index_dir,
     assert pipe.hybrid is not None and pipe.hybrid.weight == pytest.approx(0.4)
     text = "lactic acidosis after cisplatin"
     hybrid = [(ent._.cui, ent._.cui_score) for ent in nlp(text).ents]
-    dense_nlp, dense = linker(sparse_weight=0.0)
+    dense_nlp, dense = linker(scoring={"sparse_weight": 0.0})
     assert dense.hybrid is None
     plain = [(ent._.cui, ent._.cui_score) for ent in dense_nlp(text).ents]
     # Exact names score 1 either way (the hybrid is divided by 1 + w); the scores of the rest move.

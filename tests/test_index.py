@@ -3,8 +3,9 @@ import filecmp
 import numpy as np
 import pytest
 
-from spacy_sapbert.encoder import TorchEncoder
-from spacy_sapbert.index import (
+from spacy_sapbert.encoders.transformer import TorchEncoder
+from spacy_sapbert.ranking.concepts import search_concepts
+from spacy_sapbert.search.index import (
     FAISS_FILE,
     KB_FILE,
     KB_FILE_GZ,
@@ -41,7 +42,7 @@ def flat_index(tiny_kb, tiny_encoder):
 def large_exact(large_kb, tiny_model):
     """The exact index of large_kb, encoded once (batches of 256: at the tiny_encoder's 4 each
     build of its 6,000 names took half a minute); other types are converted from it."""
-    from spacy_sapbert.encoder import TorchEncoder
+    from spacy_sapbert.encoders.transformer import TorchEncoder
 
     return ConceptIndex.build(large_kb, TorchEncoder(tiny_model, batch_size=256))
 
@@ -49,7 +50,7 @@ def large_exact(large_kb, tiny_model):
 @pytest.mark.parametrize("k", [1, 3, 10, 50])
 def test_flat_search_equals_brute_force(flat_index, tiny_encoder, k):
     vectors = tiny_encoder.encode(QUERIES)
-    got = flat_index.search(vectors, k=k)
+    got = search_concepts(flat_index, vectors, k=k)
     expected = brute_force(flat_index, vectors, k)
     for got_row, expected_row in zip(got, expected):
         assert [c for c, _ in got_row] == [c for c, _ in expected_row]
@@ -60,16 +61,16 @@ def test_flat_search_equals_brute_force(flat_index, tiny_encoder, k):
 def test_type_restriction_equals_brute_force(flat_index, tiny_encoder):
     vectors = tiny_encoder.encode(QUERIES)
     chemicals = {c.concept_id for c in flat_index.kb if any(t.startswith("D") for t in c.types)}
-    got = flat_index.search(vectors, k=5, type_prefixes=["D"])
+    got = search_concepts(flat_index, vectors, k=5, type_prefixes=["D"])
     expected = brute_force(flat_index, vectors, 5, allowed=chemicals)
     assert [[c for c, _ in row] for row in got] == [[c for c, _ in row] for row in expected]
-    assert flat_index.search(vectors, k=5, type_prefixes=["Z99"]) == [[] for _ in QUERIES]
+    assert search_concepts(flat_index, vectors, k=5, type_prefixes=["Z99"]) == [[] for _ in QUERIES]
 
 
 @pytest.fixture(scope="module")
 def large_kb(tiny_encoder):
     """3,000 concepts with two made-up names each, from the tiny vocabulary's words."""
-    from spacy_sapbert.kb import Concept, KnowledgeBase
+    from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
 
     rng = np.random.default_rng(0)
     words = [w for w in tiny_encoder.tokenizer.get_vocab() if w.isalpha() and len(w) > 3]
@@ -86,11 +87,11 @@ def test_compressed_indexes_recall_against_exact(large_kb, large_exact, tiny_enc
     exact = large_exact
     approx = large_exact.converted(index_type)
     queries = tiny_encoder.encode([f"{c.canonical_name} x" for c in list(large_kb)[:100]])
-    truth = [{c for c, _ in row} for row in exact.search(queries, k=10)]
-    found = [{c for c, _ in row} for row in approx.search(queries, k=10)]
+    truth = [{c for c, _ in row} for row in search_concepts(exact, queries, k=10)]
+    found = [{c for c, _ in row} for row in search_concepts(approx, queries, k=10)]
     recall = np.mean([len(t & f) / len(t) for t, f in zip(truth, found)])
     assert recall >= min_recall
-    assert all(len(row) == 10 for row in approx.search(queries, k=10, type_prefixes=["X"]))
+    assert all(len(row) == 10 for row in search_concepts(approx, queries, k=10, type_prefixes=["X"]))
 
 
 def test_round_trip_is_byte_identical(flat_index, tiny_encoder, tmp_path):
@@ -100,14 +101,14 @@ def test_round_trip_is_byte_identical(flat_index, tiny_encoder, tmp_path):
     for name in (FAISS_FILE, ROWS_FILE, KB_FILE, META_FILE):
         assert filecmp.cmp(first / name, second / name, shallow=False), name
     vectors = tiny_encoder.encode(QUERIES)
-    assert loaded.search(vectors, k=4) == flat_index.search(vectors, k=4)
+    assert search_concepts(loaded, vectors, k=4) == search_concepts(flat_index, vectors, k=4)
 
 
 def test_pickle_round_trip(flat_index, tiny_encoder):
     import pickle
 
     vectors = tiny_encoder.encode(QUERIES)
-    assert pickle.loads(pickle.dumps(flat_index)).search(vectors, k=3) == flat_index.search(vectors, k=3)
+    assert search_concepts(pickle.loads(pickle.dumps(flat_index)), vectors, k=3) == search_concepts(flat_index, vectors, k=3)
 
 
 def test_mismatched_model_is_refused(flat_index, tiny_model, tmp_path):
@@ -135,7 +136,7 @@ def test_not_an_index_and_bad_queries(flat_index, tmp_path):
     with pytest.raises(ConceptIndexError, match=r"is not a concept index \(no meta\.json\)"):
         ConceptIndex.load(tmp_path)
     with pytest.raises(ConceptIndexError, match=r"Query vectors have shape \(1, 7\), but the index holds 32-d"):
-        flat_index.search(np.zeros((1, 7), dtype=np.float32))
+        search_concepts(flat_index, np.zeros((1, 7), dtype=np.float32))
     with pytest.raises(ConceptIndexError, match=r"Unknown index type 'lsh'"):
         ConceptIndex.build(flat_index.kb, None, index_type="lsh")
 
@@ -152,11 +153,11 @@ def test_converted_index_keeps_names_and_recall(large_kb, large_exact, tiny_enco
     compact = exact.converted("hnsw-sq8")
     assert (len(compact), compact.meta["index_type"]) == (len(exact), "hnsw-sq8")
     queries = tiny_encoder.encode([f"{c.canonical_name} x" for c in list(large_kb)[:100]])
-    truth = [{c for c, _ in row} for row in exact.search(queries, k=10)]
-    found = [{c for c, _ in row} for row in compact.search(queries, k=10)]
+    truth = [{c for c, _ in row} for row in search_concepts(exact, queries, k=10)]
+    found = [{c for c, _ in row} for row in search_concepts(compact, queries, k=10)]
     assert np.mean([len(t & f) / len(t) for t, f in zip(truth, found)]) >= 0.9
     reloaded = ConceptIndex.load(compact.save(tmp_path / "compact"), encoder=tiny_encoder)
-    assert reloaded.search(queries[:5], k=3) == compact.search(queries[:5], k=3)
+    assert search_concepts(reloaded, queries[:5], k=3) == search_concepts(compact, queries[:5], k=3)
     with pytest.raises(ConceptIndexError, match="approximate vectors"):
         compact.converted("flat")
 
@@ -167,7 +168,7 @@ def test_memory_mapped_index_searches_the_same(large_kb, large_exact, tiny_encod
     saved = built.save(tmp_path / index_type)
     queries = tiny_encoder.encode([c.canonical_name for c in list(large_kb)[:20]])
     mapped = ConceptIndex.load(saved, encoder=tiny_encoder, mmap=True)
-    assert mapped.search(queries, k=5) == ConceptIndex.load(saved).search(queries, k=5)
+    assert search_concepts(mapped, queries, k=5) == search_concepts(ConceptIndex.load(saved), queries, k=5)
 
 
 def test_projected_compact_index_unpacks_to_a_graph_over_its_own_codes(large_kb, large_exact, tiny_encoder, tmp_path):
@@ -183,7 +184,7 @@ def test_projected_compact_index_unpacks_to_a_graph_over_its_own_codes(large_kb,
     loaded = ConceptIndex.load(saved, encoder=tiny_encoder)
     assert [c.to_dict() for c in loaded.kb] == [c.to_dict() for c in large_kb]
     queries = tiny_encoder.encode([f"{c.canonical_name} x" for c in list(large_kb)[:100]])
-    assert loaded.search(queries, k=5) == compact.search(queries, k=5)
+    assert search_concepts(loaded, queries, k=5) == search_concepts(compact, queries, k=5)
 
     graph = loaded.converted("hnsw-sq6")
     assert (graph.meta["index_type"], graph.meta["projected_dim"]) == ("hnsw-sq6", 16)
@@ -191,12 +192,12 @@ def test_projected_compact_index_unpacks_to_a_graph_over_its_own_codes(large_kb,
              for i in (faiss.downcast_index(loaded.index).index,
                        faiss.downcast_index(faiss.downcast_index(graph.index).index).storage)]
     np.testing.assert_array_equal(*codes)
-    truth = [{c for c, _ in row} for row in loaded.search(queries, k=10)]
-    found = [{c for c, _ in row} for row in graph.search(queries, k=10, type_prefixes=["X"])]
+    truth = [{c for c, _ in row} for row in search_concepts(loaded, queries, k=10)]
+    found = [{c for c, _ in row} for row in search_concepts(graph, queries, k=10, type_prefixes=["X"])]
     assert np.mean([len(t & f) / len(t) for t, f in zip(truth, found)]) >= 0.95
-    assert graph.search(queries[:3], k=5, type_prefixes=["Z"]) == [[], [], []]
+    assert search_concepts(graph, queries[:3], k=5, type_prefixes=["Z"]) == [[], [], []]
     reloaded = ConceptIndex.load(graph.save(tmp_path / "graph"), encoder=tiny_encoder, mmap=True)
-    assert reloaded.search(queries[:5], k=3) == graph.search(queries[:5], k=3)
+    assert search_concepts(reloaded, queries[:5], k=3) == search_concepts(graph, queries[:5], k=3)
     with pytest.raises(ConceptIndexError, match="only hnsw-sq6 over the same codes"):
         loaded.converted("hnsw-sq8")
     with pytest.raises(ConceptIndexError, match="Cannot project 32-d vectors to 64 dimensions"):

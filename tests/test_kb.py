@@ -3,9 +3,18 @@ import logging
 
 import pytest
 
-from spacy_sapbert.kb import Concept, KBFormatError, KnowledgeBase, clean_name
-from spacy_sapbert.kb_formats import KB_FORMATS
-from spacy_sapbert.kb_formats import load_kb, read_biosyn, read_jsonl, read_medic, read_mesh, read_obo_json, read_umls, write_jsonl
+from spacy_sapbert.kb.concepts import Concept, KBFormatError, KnowledgeBase, clean_name
+from spacy_sapbert.kb.formats import KB_FORMATS
+from spacy_sapbert.kb.formats import (
+    load_kb,
+    read_biosyn,
+    read_jsonl,
+    read_medic,
+    read_mesh,
+    read_obo_json,
+    read_umls,
+    write_jsonl,
+)
 
 
 def write(tmp_path, name, text):
@@ -488,7 +497,7 @@ def test_a_concept_prints_as_scispacys_entity_does():
 
 
 def test_disease_supplementary_concepts_keep_only_disease_trees():
-    from spacy_sapbert.kb_formats import supplementary_types
+    from spacy_sapbert.kb.formats import supplementary_types
 
     # a familial disease mapped to its disease and to the channel protein behind it
     assert supplementary_types(["C14.280.067.922", "D12.776.157.530", "C14.280.067.922"]) == ["C14.280.067.922"]

@@ -8,14 +8,23 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_sapbert.kb import Concept, KnowledgeBase
-from training.keys import (KeySetError, embed_keyset, kb_keyset, ontology_queries, read_keyset, typo_queries, write_keyset,
-                          xref_concept)
-from training.protocol import TextNormaliser
-from training.batches import QueryBatches
-from training.config import TrainConfig, TrainingConfigError
-from training.loop import Trainer
-from training.objective import KeyTargets, ObjectiveError, SynonymMarginalLoss
+from spacy_sapbert.encoders.settings import read_settings, write_settings
+from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+from spacy_sapbert.training.data.keys import (
+    KeySetError,
+    embed_keyset,
+    kb_keyset,
+    ontology_queries,
+    read_keyset,
+    typo_queries,
+    write_keyset,
+    xref_concept,
+)
+from spacy_sapbert.training.data.protocol import TextNormaliser
+from spacy_sapbert.training.trainer.batches import QueryBatches
+from spacy_sapbert.training.trainer.config import TrainConfig, TrainingConfigError
+from spacy_sapbert.training.trainer.loop import Trainer
+from spacy_sapbert.training.trainer.objective import KeyTargets, ObjectiveError, SynonymMarginalLoss
 
 
 def unit(rows):
@@ -223,7 +232,7 @@ def tiny_keys(tiny_kb, tiny_model, tmp_path, monkeypatch):
 
 
 def test_keys_embedded_again_record_the_model_as_named(tiny_kb, tiny_model, tmp_path, monkeypatch):
-    """A key set embedded again (`training.keys embed`, as on a lent GPU) reads as it was written:
+    """A key set embedded again (`spacy_sapbert.training.data.keys embed`, as on a GPU machine) reads as it was written:
     the same vectors, and its model named as given, not by this machine's path to it, so it
     trains beside key sets written with that name."""
     import spacy_sapbert.assets
@@ -241,9 +250,9 @@ def test_keys_embedded_again_record_the_model_as_named(tiny_kb, tiny_model, tmp_
 def test_a_run_against_frozen_keys_learns_and_answers_to_the_keys_model(tiny_model, tiny_keys, tiny_encoder, tmp_path):
     from safetensors.torch import load_file
 
-    from spacy_sapbert.encoder import TorchEncoder
-    from spacy_sapbert.encoding import recorded_marginal_tau
-    from spacy_sapbert.index import ConceptIndex
+    from spacy_sapbert.encoders.transformer import TorchEncoder
+    from spacy_sapbert.encoders.base import recorded_marginal_tau
+    from spacy_sapbert.search.index import ConceptIndex
 
     run = tmp_path / "run"
     final = Trainer(keys_config(tiny_model), None, run, keys=[tmp_path / "keys"]).train()
@@ -258,14 +267,14 @@ def test_a_run_against_frozen_keys_learns_and_answers_to_the_keys_model(tiny_mod
     # The index the keys' model built serves the trained model as it is.
     index = ConceptIndex.build(read_tiny_kb(tiny_keys), tiny_encoder)
     index.check_encoder(trained)
-    record = json.loads((final / "training.json").read_text())
+    record = read_settings(final)["training"]
     assert record["teacher"]["teacher"] == str(tiny_model) and record["n_queries"] == len(tiny_keys.queries)
     # The pipe ranks its concepts by the synonym-marginal score it was trained at.
     assert recorded_marginal_tau(final) == 0.1
 
 
 def read_tiny_kb(keys):
-    from spacy_sapbert.kb import Concept, KnowledgeBase
+    from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
 
     kb = KnowledgeBase(name="tiny")
     for name, concept in zip(keys.names, keys.row_concept):
@@ -292,13 +301,13 @@ def test_a_student_keeps_the_layers_it_names(tiny_model, tiny_keys, tmp_path):
 
 
 def test_package_stores_only_what_training_changed_and_loads_whole(tiny_model, tiny_keys, tmp_path, monkeypatch):
-    from spacy_sapbert.encoder import BASE_FILE, TorchEncoder
-    from spacy_sapbert.encoding import EncoderError, recorded_marginal_tau
-    from training.package import package_model
+    from spacy_sapbert.encoders.transformer import TorchEncoder
+    from spacy_sapbert.encoders.base import EncoderError, recorded_marginal_tau
+    from spacy_sapbert.training.trainer.package import package_model
 
     final = Trainer(keys_config(tiny_model, max_steps=3), None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
     packaged = package_model(final, tmp_path / "package", base=str(tiny_model))
-    record = json.loads((packaged / BASE_FILE).read_text())
+    record = read_settings(packaged)["base"]
     assert record["from_base"] == ["embeddings.word_embeddings.weight", "pooler.dense.bias", "pooler.dense.weight"]
     full = TorchEncoder(final)
     small = TorchEncoder(packaged)
@@ -309,14 +318,14 @@ def test_package_stores_only_what_training_changed_and_loads_whole(tiny_model, t
     assert "synonym-marginal score at the training τ = 0.1" in (packaged / "MODEL_CARD.md").read_text()
     # A base whose frozen tensors differ is refused, naming the base.
     record["sha256"] = "0" * 64
-    (packaged / BASE_FILE).write_text(json.dumps(record))
+    write_settings(packaged, base=record)
     with pytest.raises(EncoderError, match="weights differ from the ones it was trained with"):
         TorchEncoder(packaged)
 
 
 def test_a_trained_query_encoder_exports_to_int8_and_indexes_with_the_keys_model(tiny_model, tiny_keys, tiny_encoder, tmp_path):
-    from spacy_sapbert.encoder import TorchEncoder
-    from spacy_sapbert.resources import exact_encoder, load_encoder
+    from spacy_sapbert.encoders.transformer import TorchEncoder
+    from spacy_sapbert.encoders.loading import exact_encoder, load_encoder
 
     final = Trainer(keys_config(tiny_model, max_steps=2), None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
     fast = load_encoder(final, "int8")
@@ -330,7 +339,7 @@ def test_a_trained_query_encoder_exports_to_int8_and_indexes_with_the_keys_model
 
 
 def test_key_sources_name_how_often_an_epoch_visits_them(tmp_path):
-    from training.loop import key_source
+    from spacy_sapbert.training.trainer.loop import key_source
 
     assert key_source("corpus/keys/cadec*3") == (Path("corpus/keys/cadec"), 3)
     assert key_source("corpus/keys/odd*name") == (Path("corpus/keys/odd*name"), 1)
@@ -342,18 +351,17 @@ def test_key_sources_name_how_often_an_epoch_visits_them(tmp_path):
 
 
 def test_refreshed_keys_make_a_model_of_its_own_space(tiny_model, tiny_keys, tiny_encoder, tmp_path):
-    from spacy_sapbert.encoder import TorchEncoder
-    from spacy_sapbert.encoding import TEACHER_FILE
+    from spacy_sapbert.encoders.transformer import TorchEncoder
 
     config = keys_config(tiny_model, max_steps=4)
     config.objective.refresh_keys_every = 2
     final = Trainer(config, None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
-    assert not (final / TEACHER_FILE).exists()
+    assert "teacher" not in read_settings(final)
     assert TorchEncoder(final).fingerprint != tiny_encoder.fingerprint
 
 
 def test_the_hybrid_learns_its_sparse_weight_and_the_model_records_it(tiny_model, tiny_keys, tmp_path):
-    from spacy_sapbert.encoding import recorded_sparse_weight
+    from spacy_sapbert.encoders.base import recorded_sparse_weight
 
     config = keys_config(tiny_model, max_steps=6)
     config.objective.sparse_weight = 0.3
@@ -372,16 +380,16 @@ def test_the_finetune_command_trains_on_key_sets_with_repeats(tiny_model, tiny_k
 
     repo = Path(__file__).resolve().parents[1]
     result = subprocess.run(
-        [sys.executable, "-m", "training.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
+        [sys.executable, "-m", "spacy_sapbert.training.trainer.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
          "--keys", f"{tmp_path / 'keys'}*2", "--output", str(tmp_path / "run"), "--model", str(tiny_model),
          "--training.max_steps", "2", "--training.batch_size", "4", "--training.device", "cpu",
          "--objective.sparse_weight", "0"],
         capture_output=True, text=True, cwd=repo, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    record = json.loads((tmp_path / "run" / "model" / "training.json").read_text())
+    record = read_settings(tmp_path / "run" / "model")["training"]
     assert record["keys"] == [f"{tmp_path / 'keys'}*2"] and record["steps"] == 2
     missing = subprocess.run(
-        [sys.executable, "-m", "training.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
+        [sys.executable, "-m", "spacy_sapbert.training.trainer.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
          "--output", str(tmp_path / "other"), "--model", str(tiny_model)],
         capture_output=True, text=True, cwd=repo, timeout=300)
     assert missing.returncode == 1 and "give key sets with --keys" in missing.stderr
@@ -390,7 +398,7 @@ def test_the_finetune_command_trains_on_key_sets_with_repeats(tiny_model, tiny_k
 def test_an_unknown_ontology_for_queries_is_named_in_one_sentence(tmp_path):
     from typer.testing import CliRunner
 
-    from training.keys import app
+    from spacy_sapbert.training.data.keys import app
 
     result = CliRunner().invoke(app, ["task", "--dataset", "cadec", "--output", str(tmp_path / "k"),
                                       "--ontologies", "hp,snomed"])

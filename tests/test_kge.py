@@ -3,9 +3,9 @@ import json
 
 import numpy as np
 
-from spacy_sapbert.kb import Concept, KnowledgeBase
-from training import kge
-from training.objective import kge_table
+from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+from spacy_sapbert.training.trainer import kge
+from spacy_sapbert.training.trainer.objective import kge_table
 
 
 def _kb():

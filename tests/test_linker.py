@@ -5,8 +5,8 @@ import pytest
 import spacy
 from conftest import DEMO_PATTERNS, ruler_nlp
 
-from spacy_sapbert.index import ConceptIndexError
-from spacy_sapbert.abbreviations import expand_abbreviations
+from spacy_sapbert.search.index import ConceptIndexError
+from spacy_sapbert.pipe.abbreviations import expand_abbreviations
 
 TEXT = "Patients with type 2 diabetes developed lactic acidosis after metformin; a tumour grew."
 
@@ -88,7 +88,7 @@ def test_entities_follow_long_forms(tiny_model, tiny_index_dir, serializable, fo
     nlp = ruler_nlp([("Disease", "diabetes mellitus"), ("Chemical", "NIDDM"), ("Chemical", "metformin")])
     nlp.add_pipe("abbreviation_detector", config={"make_serializable": serializable})
     nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
-                                           "threshold": 0.0, "follow_long_forms": follow})
+                                           "threshold": 0.0, **({} if follow else {"follow_long_forms": False})})
     doc = nlp("Patients with non-insulin-dependent diabetes mellitus (NIDDM) took metformin.")
     got = [(e.text, e.label_) for e in doc.ents]
     if follow:
@@ -184,7 +184,7 @@ def test_bad_config_is_refused():
 @pytest.mark.slow
 def test_default_model_and_index_link_out_of_the_box():
     """The real default: all-MiniLM-L6-v2 and the bundled index (its graph built once, cached)."""
-    from spacy_sapbert.demo import demo_pipeline
+    from spacy_sapbert.pipe.bundled import demo_pipeline
 
     nlp = demo_pipeline()  # with the bundled NER, or a dictionary ruler where none is bundled
     doc = nlp("Lactic acidosis developed after metformin. Hypertension was reported after cisplatin.")
@@ -232,7 +232,7 @@ def test_the_cache_is_bounded_least_recently_used_first(tiny_model, tiny_index_d
 
 
 def test_exact_match_skips_encoding_names_of_the_index(tiny_model, tiny_index_dir):
-    nlp, linker, encoded = _cached_nlp(tiny_model, tiny_index_dir, cache_size=0, exact_match=True)
+    nlp, linker, encoded = _cached_nlp(tiny_model, tiny_index_dir, cache_size=0, scoring={"exact_match": True})
     nlp.get_pipe("entity_ruler").add_patterns([{"label": "Chemical", "pattern": "Tumour"}])
     doc = nlp("Acute renal failure, tumour and NIDDM after metformin, lactic acidosis, Tumour.")
     links = {e.text: (e._.cui, e._.cui_score, e._.kb_ents) for e in doc.ents}
@@ -385,7 +385,7 @@ def test_candidates_go_straight_to_an_attribute_another_linker_registered(tiny_m
     Span.set_extension("their_kb_ents", default=[], force=True)  # as scispaCy's EntityLinker does
     nlp = ruler_nlp(DEMO_PATTERNS)
     nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
-                                           "threshold": 0.0, "candidates_attr": "their_kb_ents"})
+                                           "threshold": 0.0, "attributes": {"cui": "cui", "score": "cui_score", "candidates": "their_kb_ents"}})
     assert all(e._.their_kb_ents for e in nlp(TEXT).ents)
 
 
@@ -414,7 +414,7 @@ def test_tie_order_takes_faiss_pads_without_overflow():
 
     import numpy as np
 
-    from spacy_sapbert.ranking import tie_order
+    from spacy_sapbert.ranking.concepts import tie_order
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -462,20 +462,21 @@ def test_the_harness_and_the_pipe_link_alike(tiny_model, tiny_kb, tiny_index_dir
     from spacy.tokens import Span
 
     from conftest import SHARED_DATA
-    from training import datasets as ds
-    from training.evaluate import make_system
+    from spacy_sapbert.training.data import datasets as ds
+    from spacy_sapbert.training.evaluation.evaluate import make_system
 
     texts = ["type 2 diabetes", "Lactic acidosis", "renal failure", "tumours", "NO", "cisplatin toxicity"]
     if (SHARED_DATA / "ncbi-disease").exists():
         mentions = ds.load_pubtator_split("ncbi-disease", "dev", SHARED_DATA).mentions
         texts = sorted({m.text for m in mentions})[:300]
     k = 5
-    system = make_system("model", tiny_kb, model=str(tiny_model), precision="int8", sparse_weight=sparse_weight)
+    system = make_system("model", tiny_kb, model=str(tiny_model), precision="int8", sparse_weight=sparse_weight,
+                         calibration=tiny_index_dir)  # the pipe calibrates an int8 export on its index's names
     ranked = system.rank(texts, k=k)
     nlp = spacy.blank("en")
     nlp.add_pipe("sapbert_linker", config={
         "encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "label_types": {},
-        "threshold": 0.0, "k": k, "max_entities_per_mention": k, "sparse_weight": sparse_weight})
+        "threshold": 0.0, "k": k, "max_entities_per_mention": k, "scoring": {"sparse_weight": sparse_weight}})
     docs = []
     for text in texts:
         doc = nlp.make_doc(text)
@@ -497,7 +498,7 @@ def test_a_config_written_before_the_sub_configs_still_loads(tiny_model, tiny_in
         nlp = ruler_nlp(DEMO_PATTERNS)
         pipelines.append(nlp)
         if config is flat:
-            with pytest.warns(FutureWarning, match="flat encoder and index keys"):
+            with pytest.warns(FutureWarning, match="flat keys"):
                 linker = nlp.add_pipe("sapbert_linker", config={**config, "threshold": 0.0})
             assert linker.encoder_loader.batch_size == 8 and linker.index_loader.index == str(tiny_index_dir)
         else:
@@ -508,3 +509,48 @@ def test_a_config_written_before_the_sub_configs_still_loads(tiny_model, tiny_in
     with pytest.warns(FutureWarning):
         loaded = spacy.load(tmp_path / "saved")
     assert [(e.text, e._.kb_ents) for e in loaded(TEXT).ents] == links[0]
+
+
+DEMO_TEXT = "Lactic acidosis and acute renal failure after metformin and cisplatin in type 2 diabetes."
+
+
+def test_settings_changed_on_a_live_pipe_take_effect(tiny_model, tiny_index_dir):
+    from conftest import demo_linker
+
+    nlp, linker = demo_linker(tiny_model, tiny_index_dir, k=5, max_entities_per_mention=5)
+    before = [ent._.kb_ents for ent in nlp(DEMO_TEXT).ents]
+    assert max(len(c) for c in before) > 1
+    linker.max_entities_per_mention = linker.k = 1  # the remembered 5-candidate lists are forgotten
+    assert all(len(ent._.kb_ents) == 1 for ent in nlp(DEMO_TEXT).ents)
+    linker.threshold = 1.0  # only names the KB holds as written keep their concept
+    assert [ent._.cui for ent in nlp(DEMO_TEXT).ents].count(None) > 0
+    linker.threshold = 0.0
+    dense = [ent._.cui_score for ent in nlp(DEMO_TEXT).ents]
+    linker.sparse_weight = 2.0
+    assert linker.hybrid is not None and linker.hybrid.weight == 2.0
+    assert [ent._.cui_score for ent in nlp(DEMO_TEXT).ents] != dense
+    linker.sparse_weight = 0.0
+    assert linker.hybrid is None and [ent._.cui_score for ent in nlp(DEMO_TEXT).ents] == dense
+
+
+def test_a_bad_value_on_a_live_pipe_is_refused_and_the_old_one_kept(tiny_model, tiny_index_dir):
+    from conftest import demo_linker
+
+    _, linker = demo_linker(tiny_model, tiny_index_dir)
+    with pytest.raises(ValueError, match=r"^k \(0\) must be at least 1"):
+        linker.k = 0
+    assert linker.k == 10
+    with pytest.raises(ValueError, match=r"^threshold \(2\) must lie in \[0, 1\]"):
+        linker.threshold = 2
+    with pytest.raises(AttributeError, match="attributes cannot change on a live pipe"):
+        linker.attributes = {"cui": "c", "score": "s", "candidates": "k"}
+
+
+def test_the_filled_config_holds_the_keys_of_today_only():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker")
+    config = nlp.config["components"]["sapbert_linker"]
+    assert len(config) <= 16, list(config)
+    assert not any(value is None and key in ("model", "sparse_weight", "follow_long_forms", "cui_attr")
+                   for key, value in config.items())
+    assert config["scoring"]["@scoring"] == "spacy-sapbert.Scoring.v1"

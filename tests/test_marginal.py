@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spacy_sapbert.encoding import MARGINAL_FILE, recorded_marginal_tau
-from spacy_sapbert.ranking import best_concepts
+from spacy_sapbert.encoders.base import MARGINAL_FILE, recorded_marginal_tau
+from spacy_sapbert.ranking.concepts import best_concepts
 
 FLOAT_MIN = np.finfo(np.float32).min
 
@@ -56,24 +56,24 @@ def test_the_pipe_ranks_by_the_tau_the_model_records(marginal_model, tiny_index_
 
     nlp, pipe = linker()
     assert pipe.generator.tau == 0.05
-    _, by_best = linker(marginal_tau=0.0)
+    _, by_best = linker(scoring={"marginal_tau": 0.0})
     assert by_best.generator.tau == 0.0
     text = "lactic acidosis after cisplatin"
     # Exact names stay first, with the exact name's score.
     assert [(e._.cui, round(e._.cui_score, 4)) for e in nlp(text).ents] == [("D000140", 1.0), ("D002945", 1.0)]
     with pytest.raises(ValueError, match=r"^marginal_tau \(-0.1\) must be a number of at least 0"):
-        linker(marginal_tau=-0.1)
+        linker(scoring={"marginal_tau": -0.1})
 
 
 def test_the_int8_export_carries_the_tau(marginal_model, tmp_path, monkeypatch):
-    from spacy_sapbert.onnx_encoder import exported_model
+    from spacy_sapbert.encoders.onnx import exported_model
 
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
     assert recorded_marginal_tau(exported_model(marginal_model, "int8")) == 0.05
 
 
 def test_the_harness_ranks_as_the_pipe_does(marginal_model, tiny_kb, tmp_path, monkeypatch):
-    from training.systems import EncoderSystem
+    from spacy_sapbert.training.evaluation.systems import EncoderSystem
 
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
     system = EncoderSystem(tiny_kb, str(marginal_model))

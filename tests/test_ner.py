@@ -2,9 +2,9 @@
 import spacy
 from spacy.tokens import DocBin
 
-from spacy_sapbert.tokenization import split_close_before_hyphen
-from training.datasets import read_pubtator
-from training.ner import ConversionStats, convert, corpus_docs
+from spacy_sapbert.pipe.tokenization import split_close_before_hyphen
+from spacy_sapbert.training.data.datasets import read_pubtator
+from spacy_sapbert.training.ner import ConversionStats, convert, corpus_docs
 
 TEXT_T = "Cisplatin-induced nephrotoxicity"
 TEXT_A = "Rats got cisplatin and aminoCAT; renal failure followed. NTG (NTG)-induced pain."
@@ -52,7 +52,7 @@ def test_convert_writes_train_and_dev(tmp_path):
 
 
 def test_the_bundled_ner_loads_and_finds_diseases_and_chemicals():
-    from spacy_sapbert.demo import DEMO_NER
+    from spacy_sapbert.pipe.bundled import DEMO_NER
 
     nlp = spacy.load(DEMO_NER)
     doc = nlp("Acute renal failure and hypertension were reported in two patients treated with cisplatin.")

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from conftest import TINY_CONCEPTS
 
-from spacy_sapbert.encoding import EncoderError
-from spacy_sapbert.resources import load_encoder
-from spacy_sapbert.onnx_encoder import ONNX_META, OnnxEncoder, exported_model, export_onnx
+from spacy_sapbert.encoders.base import EncoderError
+from spacy_sapbert.encoders.loading import load_encoder
+from spacy_sapbert.encoders.onnx import ONNX_META, OnnxEncoder, exported_model, export_onnx, is_onnx_dir
+from spacy_sapbert.ranking.concepts import search_concepts
 
 TEXTS = ["Lactic acidosis", "type 2 diabetes", "", "  ", "ÄB-12 café naïve β-blocker", "x" * 300,
          "non-insulin-dependent diabetes mellitus (NIDDM)"]
@@ -29,7 +30,7 @@ def test_fp32_export_gives_the_torch_vectors(onnx_dirs, tiny_encoder):
 
 
 def test_int8_export_stays_close_and_ranks_alike(onnx_dirs, tiny_encoder, tiny_index_dir):
-    from spacy_sapbert.index import ConceptIndex
+    from spacy_sapbert.search.index import ConceptIndex
 
     onnx = OnnxEncoder(onnx_dirs["int8"])
     names = [n for c in TINY_CONCEPTS for n in [c["canonical_name"], *c["aliases"]]]
@@ -37,8 +38,8 @@ def test_int8_export_stays_close_and_ranks_alike(onnx_dirs, tiny_encoder, tiny_i
     assert cosine.min() > 0.95
     # the exact model's index serves the int8 encoder, which answers to the same fingerprint
     index = ConceptIndex.load(tiny_index_dir, encoder=onnx)
-    exact = [row[0][0] for row in index.search(tiny_encoder.encode(names), k=1)]
-    quantised = [row[0][0] for row in index.search(onnx.encode(names), k=1)]
+    exact = [row[0][0] for row in search_concepts(index, tiny_encoder.encode(names), k=1)]
+    quantised = [row[0][0] for row in search_concepts(index, onnx.encode(names), k=1)]
     assert np.mean([a == b for a, b in zip(exact, quantised)]) >= 0.9
     assert (onnx_dirs["int8"] / "model.onnx").stat().st_size < (onnx_dirs["fp32"] / "model.onnx").stat().st_size
 
@@ -115,7 +116,7 @@ def test_saved_int8_pipeline_loads_as_int8(onnx_dirs, tiny_model, tiny_index_dir
     nlp.to_disk(tmp_path / "pipeline")
     saved = tmp_path / "pipeline" / "sapbert_linker"
     assert json.loads((saved / "cfg.json").read_text())["precision"] == "int8"
-    assert (saved / "model" / ONNX_META).exists() and not (saved / "model" / "model.safetensors").exists()
+    assert is_onnx_dir(saved / "model") and not (saved / "model" / "model.safetensors").exists()
     loaded = spacy.load(tmp_path / "pipeline").get_pipe("sapbert_linker")
     assert isinstance(loaded.encoder, OnnxEncoder)
 
@@ -170,3 +171,11 @@ def test_links_are_the_same_whatever_the_batching(onnx_dirs, tiny_index_dir):
         for text, ents in reference.items():
             # Bit for bit, scores included: corpus shards must match a single-process run.
             assert other[text] == ents
+
+
+def test_the_calibration_names_are_those_of_the_index_searched(tiny_index_dir, tiny_kb, tiny_model):
+    from spacy_sapbert.encoders.onnx import CALIBRATION_STEP, calibration_texts
+
+    names, _ = tiny_kb.name_rows()
+    assert calibration_texts(tiny_index_dir) == names[::CALIBRATION_STEP]
+    assert exported_model(tiny_model, "int8", calibration=tiny_index_dir) != exported_model(tiny_model, "int8")

@@ -1,11 +1,85 @@
-"""The spaCy project runs its training commands on CPU with the tiny model."""
+"""project.yml: every command in a workflow, and the training commands run on CPU with the tiny model."""
+import importlib.util
+import json
+import re
+import shlex
 import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import srsly
+from weasel.util.config import substitute_project_variables
+
+from spacy_sapbert.encoders.settings import read_settings
+
 REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = ("default", "paper", "seeds", "evaluation")  # spaCy forbids a workflow named `evaluate`
+CPU_RECIPE = ["keys", "pretrain-cpu", "finetune-cpu", "evaluate-cpu", "package-default", "fast-cpu",
+              "linking-kb", "bundle-index", "ner"]
+
+
+def project_config():
+    """project.yml with its vars filled in (weasel's loader would also make its directories)."""
+    return substitute_project_variables(srsly.read_yaml(REPO / "project.yml"))
+
+
+def test_every_command_is_in_a_workflow():
+    config = project_config()
+    names = [command["name"] for command in config["commands"]]
+    assert len(names) == len(set(names)) and "device-kit" not in names
+    in_workflows = {name for steps in config["workflows"].values() for name in steps}
+    assert set(names) - in_workflows == set()
+    assert in_workflows <= set(names)
+
+
+def test_the_four_workflows_and_the_names_before_0_2():
+    workflows = project_config()["workflows"]
+    assert set(WORKFLOWS) <= set(workflows)
+    assert workflows["default"] == CPU_RECIPE
+    assert workflows["paper"][:6] == ["ontology", "pairs", "pretrain", "finetune", "evaluate-trained", "package"]
+    assert workflows["paper"][-1] == "index"
+    assert {"kge", "contexts", "pretrain-ms2", "pretrain-ms3", "pretrain-kge-injected", "pretrain-prototypes",
+            "pretrain-contextual", "pretrain-adapter13", "pretrain-adapter1"} <= set(workflows["seeds"])
+    assert workflows["evaluation"] == ["evaluate"]
+    assert workflows["default-cpu"] == workflows["default"] and workflows["all"] == workflows["paper"]
+
+
+def test_each_workflow_makes_its_own_inputs():
+    """A step's deps are in the checkout or the outputs of an earlier step of the same workflow."""
+    config = project_config()
+    commands = {command["name"]: command for command in config["commands"]}
+    for workflow, steps in config["workflows"].items():
+        made = set()
+        for step in steps:
+            for dep in commands[step].get("deps", []):
+                assert dep in made or (REPO / dep).exists(), (workflow, step, dep)
+            made.update(commands[step].get("outputs", []))
+
+
+def test_every_script_module_exists():
+    modules = {argv[argv.index("-m") + 1] for command in project_config()["commands"]
+               for line in command["script"] for argv in [shlex.split(line)] if "-m" in argv}
+    assert "spacy_sapbert.training.trainer.pretrain" in modules
+    assert [module for module in sorted(modules) if importlib.util.find_spec(module) is None] == []
+
+
+def test_default_dry_run_lists_the_cpu_recipe():
+    # A run makes the project's directories: leave none behind that was not there.
+    folders = [REPO / name for name in project_config()["directories"] if not (REPO / name).exists()]
+    try:
+        result = subprocess.run([sys.executable, "-m", "spacy", "project", "run", "default", "--dry"],
+                                capture_output=True, text=True, cwd=REPO, timeout=300)
+    finally:
+        for folder in folders:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    out = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)  # wasabi colours even into a pipe
+    listed = re.findall(r"^=+ (\S+) =+$", out, flags=re.MULTILINE)
+    assert listed == CPU_RECIPE
+    assert "--output runs/pretrain-cpu " in out and "--output runs/finetune-cpu " in out
 
 
 def spacy_project(*args, cwd):
@@ -51,20 +125,20 @@ def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, 
         list(pool.map(run_half, halves))
     where = {name: folder for folder, names in halves.items() for name in names}
     where["pretrain-kge-aligned"] = where["pretrain-kge-injected"]
-    assert (where["pretrain-contextual"] / "runs" / "pretrain-contextual" / "model" / "sapbert_context.json").exists()
+    settings = {run: read_settings(folder / "runs" / run / "model") for run, folder in where.items()}
+    assert "context" in settings["pretrain-contextual"]  # the window the pipe then encodes mentions in
     for run, folder in where.items():
-        model = folder / "runs" / run / "model"
         weights = "adapter_config.json" if "adapter" in run else "config.json"
-        assert (model / weights).exists() and (model / "training.json").exists()
-        assert '"steps": 2' in (model / "training.json").read_text()
-    assert "multi_similarity_v2" in (where["pretrain-ms2"] / "runs" / "pretrain-ms2" / "model" / "training.json").read_text()
+        assert (folder / "runs" / run / "model" / weights).exists()
+        assert settings[run]["training"]["steps"] == 2
+    assert "multi_similarity_v2" in json.dumps(settings["pretrain-ms2"]["training"])
 
 
 def _write_context_pairs(path: Path, kb_file: Path) -> None:
     """What `spacy project run contexts` writes from the train abstracts, from two sentences."""
-    from spacy_sapbert.kb_formats import read_jsonl
-    from training.contexts import context_nlp, context_pairs, contexts, name_matcher
-    from training.pairs import write_pairs
+    from spacy_sapbert.kb.formats import read_jsonl
+    from spacy_sapbert.training.data.contexts import context_nlp, context_pairs, contexts, name_matcher
+    from spacy_sapbert.training.data.pairs import write_pairs
 
     kb, nlp = read_jsonl(kb_file), context_nlp()
     text = ("Patients with type 2 diabetes took metformin daily. Two developed lactic acidosis. "

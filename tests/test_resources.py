@@ -5,10 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spacy_sapbert import assets, resources
-from spacy_sapbert.encoder import TorchEncoder
-from spacy_sapbert.index import KB_FILE_GZ, ConceptIndex, ConceptIndexError
-from spacy_sapbert.kb import Concept, KnowledgeBase
+from spacy_sapbert import assets
+from spacy_sapbert.search import resolve as resources
+from spacy_sapbert.encoders.transformer import TorchEncoder
+from spacy_sapbert.search.index import KB_FILE_GZ, ConceptIndex, ConceptIndexError
+from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+from spacy_sapbert.ranking.concepts import search_concepts
 
 PREFER = ["D[0-9]+", "C[0-9]+"]
 LABEL_TYPES = {"Disease": ["C", "F03", "MONDO"], "Chemical": ["D"]}
@@ -38,7 +40,7 @@ def test_preferred_concepts_keep_a_shared_name_within_a_label(tiny_encoder):
     assert (len(converted), converted.meta["n_shared_names_left_out"]) == (len(names) - 2, 2)
     assert len(converted.kb) == 5  # every concept stays in the KB, with all its names
     query = tiny_encoder.encode(["erythema nodosum"])
-    assert converted.search(query, k=1, type_prefixes=["C", "MONDO"])[0][0][0] == "D004893"
+    assert search_concepts(converted, query, k=1, type_prefixes=["C", "MONDO"])[0][0][0] == "D004893"
     with pytest.raises(ConceptIndexError, match="rows no longer follow its KB's names"):
         converted.converted("flat", prefer=PREFER)
     with pytest.raises(ConceptIndexError, match="is not a regular expression"):
@@ -69,7 +71,7 @@ def test_bundled_index_unpacks_its_graph_once_offline(bundled, tiny_encoder):
     compact = ConceptIndex.load(bundled, encoder=tiny_encoder)
     assert (graph.meta["index_type"], graph.meta["projected_dim"], len(graph)) == ("hnsw-sq8", 16, len(compact))
     queries = tiny_encoder.encode(["diabetes", "lactic acidosis"])
-    assert [r[0][0] for r in graph.search(queries, k=3)] == [r[0][0] for r in compact.search(queries, k=3)]
+    assert [r[0][0] for r in search_concepts(graph, queries, k=3)] == [r[0][0] for r in search_concepts(compact, queries, k=3)]
     stamp = (path / "index.faiss").stat().st_mtime_ns
     assert resources.default_index_path(tiny_encoder) == path  # cached: not built again
     assert (path / "index.faiss").stat().st_mtime_ns == stamp
@@ -104,7 +106,7 @@ def test_the_bundled_index_names_its_rows():
     the names that name precedence left out, from the KB's types): a KB edited apart from its
     rows breaks first use on a fresh machine, so this is checked here, not only in a fresh clone."""
     from spacy_sapbert.assets import BUNDLED_INDEX
-    from spacy_sapbert.index import ConceptIndex
+    from spacy_sapbert.search.index import ConceptIndex
 
     index = ConceptIndex.load(BUNDLED_INDEX)
     assert len(index.row_names()) == len(index)

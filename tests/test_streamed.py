@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from spacy_sapbert import index as index_module
+from spacy_sapbert.search import index as index_module
 from spacy_sapbert.cli import app
-from spacy_sapbert.index import ConceptIndex, make_faiss_index
-from spacy_sapbert.streamed import PROGRESS_FILE, DiskVectors, encode_to_disk
+from spacy_sapbert.search.index import ConceptIndex, make_faiss_index
+from spacy_sapbert.search.streamed import PROGRESS_FILE, DiskVectors, encode_to_disk
 
 
 class Killed(Exception):
@@ -75,7 +75,7 @@ def test_an_index_filled_from_disk_in_chunks_searches_as_one_built_in_memory(mon
 
 
 def test_build_index_resumes_a_killed_build_and_cleans_up(tiny_kb_file, tiny_model, monkeypatch, tmp_path):
-    from spacy_sapbert.encoder import TorchEncoder
+    from spacy_sapbert.encoders.transformer import TorchEncoder
 
     runner = CliRunner()
     command = ["build-index", "--kb", str(tiny_kb_file), "--model", str(tiny_model), "--output", str(tmp_path / "index"),
@@ -103,8 +103,8 @@ def test_build_index_resumes_a_killed_build_and_cleans_up(tiny_kb_file, tiny_mod
 
 
 def _kb_and_encoder(kb_file, model):
-    from spacy_sapbert.encoder import TorchEncoder
-    from spacy_sapbert.kb_formats import load_kb
+    from spacy_sapbert.encoders.transformer import TorchEncoder
+    from spacy_sapbert.kb.formats import load_kb
 
     return load_kb(kb_file, "jsonl"), TorchEncoder(model)
 
@@ -112,7 +112,7 @@ def _kb_and_encoder(kb_file, model):
 def test_a_graph_index_keeps_the_ef_search_it_is_given(tiny_index_dir, tmp_path):
     import faiss
 
-    from spacy_sapbert.index import ConceptIndexError
+    from spacy_sapbert.search.index import ConceptIndexError
 
     result = CliRunner().invoke(app, ["convert-index", str(tiny_index_dir), str(tmp_path / "graph"),
                                       "--index-type", "hnsw-sq8", "--ef-search", "1024"])

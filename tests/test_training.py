@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.batches import PairBatches
-from training.checkpoint import latest_checkpoint
-from training.config import TrainConfig, TrainingConfigError, parse_overrides
-from training.loop import Trainer, lr_factor
-from training.objective import ObjectiveConfig, ObjectiveError, SelfAlignmentObjective
+from spacy_sapbert.encoders.settings import read_settings
+from spacy_sapbert.training.trainer.batches import PairBatches
+from spacy_sapbert.training.trainer.checkpoint import latest_checkpoint
+from spacy_sapbert.training.trainer.config import TrainConfig, TrainingConfigError, parse_overrides
+from spacy_sapbert.training.trainer.loop import Trainer, lr_factor
+from spacy_sapbert.training.trainer.objective import ObjectiveConfig, ObjectiveError, SelfAlignmentObjective
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,7 +98,7 @@ def test_a_batch_that_meets_the_margin_mines_nothing_and_costs_nothing():
 
 
 def test_unknown_loss_or_miner_is_refused():
-    with pytest.raises(ObjectiveError, match="Unknown loss 'arcface'"):
+    with pytest.raises(ObjectiveError, match=r"Unknown \[objective\] loss 'arcface'"):
         SelfAlignmentObjective(ObjectiveConfig(loss="arcface"))
     with pytest.raises(ObjectiveError, match="Unknown miner 'random'"):
         SelfAlignmentObjective(ObjectiveConfig(miner="random"))
@@ -198,10 +199,10 @@ def test_twenty_steps_on_a_fixed_batch_lower_the_loss(tiny_model, tiny_pairs, tm
     assert rows[-1]["loss"] < rows[0]["loss"]
     assert sum(r["loss"] for r in last) < 0.98 * sum(r["loss"] for r in first)
     assert sum(r["triplets"] for r in last) < sum(r["triplets"] for r in first)
-    record = json.loads((final / "training.json").read_text())
+    record = read_settings(final)["training"]
     assert record["steps"] == 20 and record["n_concepts"] == 10
     # The saved model links with the runtime encoder and keeps its pooling.
-    from spacy_sapbert.encoder import TorchEncoder
+    from spacy_sapbert.encoders.transformer import TorchEncoder
 
     encoder = TorchEncoder(final)
     assert encoder.pooling == "mean" and encoder.encode(["diabetes"]).shape == (1, 32)
@@ -211,8 +212,8 @@ RUN_SCRIPT = """
 import os, signal, sys
 import torch
 torch.set_num_threads(1)
-from training.config import TrainConfig
-from training.loop import Trainer
+from spacy_sapbert.training.trainer.config import TrainConfig
+from spacy_sapbert.training.trainer.loop import Trainer
 model, pairs, output, mode = sys.argv[1:5]
 config = TrainConfig.from_dict({{
     "model": {{"name_or_path": model, "pooling": "mean"}},
@@ -223,7 +224,7 @@ config = TrainConfig.from_dict({{
 def die(step, loss):
     if mode == "kill" and step == 5:
         os.kill(os.getpid(), signal.SIGKILL)
-if mode == "slices":  # each call trains one step, as a lent machine's calls train a slice each
+if mode == "slices":  # each call trains one step, as a time-limited job trains a slice per call
     calls = 0
     while True:
         trainer = Trainer(config, pairs, output)
@@ -311,19 +312,19 @@ class Hide(importlib.machinery.PathFinder):  # as if these packages were not ins
         return importlib.machinery.PathFinder.find_spec(name, path, target)
 sys.meta_path = [Hide if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
 sys.argv = ["pretrain"] + sys.argv[1:]
-runpy.run_module("training.pretrain", run_name="__main__")
+runpy.run_module("spacy_sapbert.training.trainer.pretrain", run_name="__main__")
 """
 
 
 def test_training_runs_without_spacy_or_faiss(tiny_model, tiny_pairs, tmp_path):
-    # A lent GPU machine has torch and transformers but neither spaCy nor FAISS.
+    # A GPU machine set up for training only may have torch and transformers but neither spaCy nor FAISS.
     cmd = [sys.executable, "-c", BARE_MACHINE.format(blocked=BLOCKED), "--pairs", str(tiny_pairs),
            "--output", str(tmp_path), "--model", str(tiny_model), "--model.pooling", "mean",
            "--training.device", "cpu", "--training.batch_size", "8", "--training.max_steps", "2"]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "model" / "training.json").exists()
+    assert "training" in read_settings(tmp_path / "model")
 
 
 def test_resume_with_another_process_count_is_refused(tiny_model, tiny_pairs, tmp_path):
@@ -340,13 +341,13 @@ def test_resume_with_another_process_count_is_refused(tiny_model, tiny_pairs, tm
 def test_two_process_ddp_on_cpu(tiny_model, tiny_pairs, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
-           "-m", "training.pretrain", "--pairs", str(tiny_pairs), "--output", str(tmp_path),
+           "-m", "spacy_sapbert.training.trainer.pretrain", "--pairs", str(tiny_pairs), "--output", str(tmp_path),
            "--model", str(tiny_model), "--model.pooling", "mean", "--training.device", "cpu",
            "--training.batch_size", "4", "--training.max_steps", "3", "--training.save_every", "2",
            "--training.log_every", "1"]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    record = json.loads((tmp_path / "model" / "training.json").read_text())
+    record = read_settings(tmp_path / "model")["training"]
     assert record["hardware"].startswith("2 ×") and record["names_per_step"] == 2 * 4 * 2
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
     state = torch.load(tmp_path / "checkpoints" / "step-00000002" / "state.pt", weights_only=False)
@@ -356,8 +357,8 @@ def test_two_process_ddp_on_cpu(tiny_model, tiny_pairs, tmp_path):
 def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, tiny_pairs, tmp_path):
     from safetensors.torch import load_file
 
-    from spacy_sapbert.encoder import TorchEncoder
-    from training.package import package_model
+    from spacy_sapbert.encoders.transformer import TorchEncoder
+    from spacy_sapbert.training.trainer.package import package_model
 
     final = Trainer(tiny_config(tiny_model, max_steps=2), tiny_pairs, tmp_path / "run").train()
     metrics = tmp_path / "metrics"
@@ -374,7 +375,7 @@ def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, ti
 
 
 def _rewrite_manifest(checkpoint):
-    from training.checkpoint import MANIFEST_FILE
+    from spacy_sapbert.training.trainer.checkpoint import MANIFEST_FILE
     from spacy_sapbert.cache import file_records
 
     files = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
@@ -398,7 +399,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tiny_model, ti
         data = bytearray(weights.read_bytes())
         data[-300:-100] = bytes(200)
         weights.write_bytes(bytes(data))
-    with caplog.at_level("WARNING", logger="training.checkpoint"):
+    with caplog.at_level("WARNING", logger="spacy_sapbert.training.trainer.checkpoint"):
         final = Trainer(tiny_config(tiny_model, max_steps=4, save_every=1, keep_checkpoints=2), tiny_pairs, run).train(resume=True)
     assert any("step-00000004 is damaged" in r.message for r in caplog.records)
     from safetensors.torch import load_file
@@ -496,8 +497,8 @@ def test_prototype_batches_mine_the_nearest_other_concepts_names(tiny_pairs):
     names of other concepts nearest the prototypes' mean in the index the model last refreshed."""
     import numpy as np
 
-    from training.batches import PrototypeBatches
-    from training.pairs import read_pairs
+    from spacy_sapbert.training.trainer.batches import PrototypeBatches
+    from spacy_sapbert.training.data.pairs import read_pairs
 
     batches = PrototypeBatches(read_pairs(tiny_pairs), concepts=2, prototypes=1, positives=3, negatives=4, seed=0)
     vectors = np.random.default_rng(0).normal(size=(len(batches.names), 8)).astype(np.float32)
@@ -524,5 +525,69 @@ def test_a_prototype_run_refreshes_its_negatives_and_trains(tiny_model, tiny_pai
     trainer._refresh = lambda run: (refreshed.append(run.step), original(run))
     final = trainer.train()
     assert refreshed == [0, 2]
-    record = json.loads((final / "training.json").read_text())
+    record = read_settings(final)["training"]
     assert record["hard_negatives"] == 4 and record["names_per_step"] == 4 * (2 + 3 + 4)
+
+
+# -- registered parts --------------------------------------------------------------------
+
+@pytest.fixture
+def centroid_loss():
+    """A loss registered for one test, as a user registers one: each name's squared distance to
+    its concept's mean (unit vectors), which no built-in loss computes. RETURNS the values the
+    loss returned, in order."""
+    import catalogue
+
+    from spacy_sapbert.training.trainer.registry import losses
+
+    returned = []
+
+    class CentroidLoss(torch.nn.Module):
+        def forward(self, embeddings, labels, indices_tuple=None):
+            unit = torch.nn.functional.normalize(embeddings, dim=1)
+            sums = torch.zeros(int(labels.max()) + 1, unit.shape[1]).index_add(0, labels, unit)
+            means = sums / torch.bincount(labels).clamp(min=1).unsqueeze(1)
+            loss = ((unit - means[labels]) ** 2).sum(1).mean()
+            returned.append(float(loss.detach()))
+            return loss
+
+    @losses.register("test_centroid")
+    def centroid(config, concept_ids):
+        return CentroidLoss()
+
+    yield returned
+    del catalogue.REGISTRY[(*losses.namespace, "test_centroid")]
+
+
+def test_a_registered_loss_is_chosen_by_its_config_entry_and_trains(centroid_loss, tiny_model, tiny_pairs, tmp_path):
+    recipe = tmp_path / "centroid.cfg"
+    recipe.write_text(f'[model]\nname_or_path = "{tiny_model}"\npooling = "mean"\n\n'
+                      '[objective]\nloss = "test_centroid"\nminer = "none"\n\n'
+                      '[training]\nbatch_size = 8\nmax_steps = 2\nlog_every = 1\ndevice = "cpu"\n')
+    final = Trainer(TrainConfig.from_disk(recipe), tiny_pairs, tmp_path / "run").train()
+    rows = read_metrics(tmp_path / "run")
+    assert len(centroid_loss) == 2 and [r["loss"] for r in rows] == [round(v, 6) for v in centroid_loss]
+    assert [r["triplets"] for r in rows] == [-1, -1]  # miner "none": every pair, nothing mined
+    assert (final / "model.safetensors").exists()
+
+
+def test_an_unknown_loss_is_refused_in_one_sentence_naming_the_registered_ones(tiny_model, tiny_pairs, tmp_path):
+    config = tiny_config(tiny_model)
+    config.objective.loss = "arcface"
+    registered = "kge_alignment, multi_similarity, multi_similarity_v2, multi_similarity_v3, synonym_marginal"
+    with pytest.raises(ObjectiveError, match=rf"^Unknown \[objective\] loss 'arcface'; use one of {registered}, "
+                                             r"or register one with [\w.]+\.$"):
+        Trainer(config, tiny_pairs, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_batch_source_must_be_registered_and_give_what_the_loss_scores(tiny_model, tiny_pairs, tmp_path):
+    config = tiny_config(tiny_model)
+    config.objective.batch_source = "triplets"
+    with pytest.raises(TrainingConfigError, match=r"Unknown \[objective\] batch_source 'triplets'; use one of "
+                                                  r"keys, pairs, prototypes"):
+        Trainer(config, tiny_pairs, tmp_path)
+    config.objective.batch_source = "keys"
+    with pytest.raises(TrainingConfigError, match="batch_source 'keys' gives queries against key sets, which loss "
+                                                  "'multi_similarity' does not score"):
+        Trainer(config, tiny_pairs, tmp_path, keys=[tmp_path])

@@ -1,0 +1,67 @@
+"""An encoder for a model name at a precision (`load_encoder`), and the exact model behind it
+(`exact_encoder`), which embeds names."""
+from pathlib import Path
+from typing import Optional, Union
+
+from ..assets import resolve_model
+from .base import MAX_LENGTH, PRECISIONS, EncoderError
+
+
+def load_encoder(
+    model: Union[str, Path],
+    precision: str = "fp32",
+    pooling: str = "auto",
+    max_length: int = MAX_LENGTH,
+    device: str = "cpu",
+    batch_size: int = 256,
+    threads: int = 0,
+    calibration: Optional[Union[str, Path]] = None,
+):
+    """The encoder for `model` at `precision`.
+
+    fp32: the model itself with torch (exact; CPU or GPU). int8: an ONNX Runtime export with
+    int8 weights (CPU only; exported on first use and cached). A directory that already is an
+    ONNX export loads as one, whatever `precision` says. threads: ONNX Runtime's (0: one per
+    core); torch keeps its own setting. calibration: the index (or KB) whose names calibrate an
+    int8 export made here (encoders.onnx.export_onnx); None: the bundled index's.
+    """
+    from .onnx import OnnxEncoder, exported_model, is_onnx_dir
+
+    if precision not in PRECISIONS:
+        raise EncoderError(f"Unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}.")
+    if is_onnx_dir(model) or precision != "fp32":
+        if device not in ("cpu", "auto"):  # auto: the CPU, the only device the ONNX path runs on
+            raise EncoderError(f"The {precision} ONNX encoder runs on CPU only, not device={device!r}; "
+                               "use precision 'fp32' on a GPU.")
+        path = exported_model(model, precision, pooling=pooling, max_length=max_length, calibration=calibration)
+        encoder = OnnxEncoder(path, pooling=pooling, max_length=max_length, batch_size=batch_size, threads=threads)
+        if not is_onnx_dir(model):
+            # The export is cached by the model's content, so it may record another copy's path.
+            encoder.exported_from = str(model)
+        return encoder
+    from .transformer import TorchEncoder
+
+    return TorchEncoder(model, pooling=pooling, max_length=max_length, device=device, batch_size=batch_size)
+
+
+def exact_encoder(encoder):
+    """The fp32 torch model whose vector space `encoder` embeds into: itself, the model an int8
+    export came from, or a student's teacher (a query encoder trained against frozen keys is the
+    student of the keys' model), followed to the model that has no teacher. Names are embedded
+    by it, exactly."""
+    from .transformer import ADAPTER_FILE, TorchEncoder
+
+    meta = getattr(encoder, "meta", None)
+    if meta is None:
+        while getattr(encoder, "teacher_model", None):
+            encoder = TorchEncoder(encoder.teacher_model, pooling=encoder.pooling, max_length=encoder.max_length)
+        return encoder
+    source = Path(resolve_model(getattr(encoder, "exported_from", None) or meta["exact_model"]))
+    if not (source / "config.json").exists() and not (source / ADAPTER_FILE).exists():
+        raise EncoderError(f"{encoder.name_or_path} was exported from {source}, which is gone, and building "
+                           "an index needs that exact model; point `model` at it, or export again.")
+    exact = exact_encoder(TorchEncoder(source, pooling=encoder.pooling, max_length=encoder.max_length))
+    if exact.fingerprint != encoder.fingerprint:
+        raise EncoderError(f"{source} has changed since {encoder.name_or_path} was exported from it; "
+                           "export it again.")
+    return exact

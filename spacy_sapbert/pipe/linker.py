@@ -1,0 +1,477 @@
+"""The `sapbert_linker` pipe: collect the entities (or a span group), link them through a
+`candidates.CandidateGenerator`, set the annotations, as scispaCy's linker does around its
+candidate generator. The knobs are `candidates.CandidateSettings` and `PipeSettings`; the
+encoder and the index come from the registered sub-configs of `pipe.loaders`."""
+import dataclasses
+import inspect
+import logging
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+
+import srsly
+from spacy.language import Language
+from spacy.pipeline import Pipe
+from spacy.tokens import Doc, Span
+from spacy.util import minibatch
+
+from .abbreviations import follow_long_forms, linked_text, long_forms
+from ..candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, Scoring, check_settings
+from ..encoders.base import in_window
+from ..search.index import ConceptIndexError, check_label_types
+from .loaders import ENCODER_CONFIG, INDEX_CONFIG, SCORING_CONFIG, EncoderLoader, IndexLoader
+
+logger = logging.getLogger(__name__)
+# scispaCy's AbbreviationDetector runs an empty Matcher on every document without a definition,
+# and spaCy warns (W036) each time; only that warning, from that module, is silenced.
+warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"scispacy\.abbreviation")
+
+MODEL_DIR = "model"
+INDEX_DIR = "index"
+CFG_FILE = "cfg.json"
+
+
+ATTRIBUTES = {"cui": "cui", "score": "cui_score", "candidates": "kb_ents"}
+
+
+@dataclass
+class PipeSettings:
+    """What the pipe links and where it writes (knobs of the pipe's config).
+
+    resolve_abbreviations: link the long form of abbreviations found by scispaCy's
+        AbbreviationDetector (`doc._.abbreviations`), with the definitions it misses when such a
+        detector runs before this pipe, and a short form the text never defines as the one other
+        entity it abbreviates; and put entities right by the definitions (an entity that ends a
+        long form but starts inside it is widened to it; a short form takes the label of the
+        entity over its long form). docs/evaluation.md names each step.
+    labels: entity labels to link; empty links every entity (any case: DISEASE is Disease).
+    label_types: entity label → allowed concept type prefixes (e.g. {"Disease": ["C", "F03"]});
+        None takes the index's own mapping, {} restricts nothing.
+    spans_key: link the span group `doc.spans[spans_key]` (as medspaCy keeps its entities)
+        instead of `doc.ents`.
+    batch_size: documents per batch in `pipe` (their distinct mentions are encoded together).
+    attributes: the names of the Span extensions set, {"cui": …, "score": …, "candidates": …}.
+    follow_long_forms: not a config key (configs before 0.2 set it): False keeps entities as the
+        NER left them while their abbreviations are still resolved.
+    """
+
+    resolve_abbreviations: bool = True
+    labels: List[str] = field(default_factory=list)
+    label_types: Optional[Dict[str, List[str]]] = None
+    spans_key: Optional[str] = None
+    batch_size: int = 256
+    attributes: Dict[str, str] = field(default_factory=lambda: dict(ATTRIBUTES))
+    follow_long_forms: bool = True
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+        if not (isinstance(self.attributes, dict) and set(self.attributes) == set(ATTRIBUTES)
+                and all(isinstance(v, str) and v for v in self.attributes.values())):
+            raise ValueError(f"attributes ({self.attributes!r}) must name the three Span extensions, such as "
+                             f"{ATTRIBUTES}; set it in the sapbert_linker config.")
+
+
+SETTINGS = (CandidateSettings, PipeSettings, Scoring)
+# Knobs that are not top-level config keys (Scoring has its own sub-config).
+HIDDEN = {"follow_long_forms"}
+# Keys of configs written before 0.2, still read with one deprecation warning.
+FLAT_ENCODER_KEYS = {"model": "model", "precision": "precision", "pooling": "pooling", "max_length": "max_length",
+                     "device": "device", "threads": "threads", "encoder_batch_size": "batch_size"}
+FLAT_SCORING_KEYS = ("sparse_weight", "marginal_tau", "exact_first", "exact_match")
+FLAT_ATTRIBUTE_KEYS = {"cui_attr": "cui", "score_attr": "score", "candidates_attr": "candidates"}
+LEGACY_KEYS = (*FLAT_ENCODER_KEYS, *FLAT_SCORING_KEYS, *FLAT_ATTRIBUTE_KEYS, "follow_long_forms")
+
+
+def _config_fields():
+    return [f for kind in SETTINGS[:2] for f in dataclasses.fields(kind) if f.name not in HIDDEN]
+
+
+def _defaults() -> dict:
+    values = {**dataclasses.asdict(CandidateSettings()), **dataclasses.asdict(PipeSettings())}
+    return {f.name: values[f.name] for f in _config_fields()}
+
+
+def _settings_signature(factory: Callable) -> Callable:
+    """Give `factory` (which takes the knobs as **settings) a signature that lists every config
+    key of SETTINGS, so that spaCy's config validation knows them: the knobs are written once, in
+    the dataclasses. **settings stays, to read the keys of older configs."""
+    signature = inspect.signature(factory)
+    fixed = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+    defaults = _defaults()
+    knobs = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=defaults[f.name], annotation=f.type)
+             for f in _config_fields()]
+    # Read from older configs (saved pipelines); null, and left out of the filled config.
+    legacy = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[Any])
+              for key in LEGACY_KEYS]
+    factory.__signature__ = signature.replace(parameters=fixed + knobs + legacy)
+    factory.__annotations__ = {**factory.__annotations__, **{p.name: p.annotation for p in knobs + legacy}}
+    return factory
+
+
+class _PipeConfigs(dict):
+    """A pipeline's `_pipe_configs` once it has a sapbert_linker: the keys of configs written
+    before 0.2, read when given and null otherwise, are left out of its filled config, so that
+    `nlp.config` shows the keys of today only."""
+
+    def __setitem__(self, name: str, config) -> None:
+        if config.get("factory") == "sapbert_linker":
+            for key in LEGACY_KEYS:
+                if key in config and config[key] is None:
+                    del config[key]
+        super().__setitem__(name, config)
+
+
+@Language.factory(
+    "sapbert_linker",
+    assigns=["doc.ents", "span._.cui", "span._.cui_score", "span._.kb_ents"],
+    default_config={"encoder": ENCODER_CONFIG, "index": INDEX_CONFIG, "scoring": SCORING_CONFIG, **_defaults()},
+)
+@_settings_signature
+def make_sapbert_linker(nlp: Language, name: str, encoder: EncoderLoader, index: Union[IndexLoader, str],
+                        scoring: Scoring, **settings) -> "SapBERTLinker":
+    """Create the linker; it loads nothing until `initialize`, `from_disk` or first use.
+
+    encoder, index, scoring: the registered sub-configs (`pipe.loaders`). settings: the knobs of
+    `candidates.CandidateSettings` and `PipeSettings` (README, Config).
+    """
+    settings = {key: value for key, value in settings.items() if not (key in LEGACY_KEYS and value is None)}
+    linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, scoring=scoring, **settings)
+    linker.nlp = nlp
+    if not isinstance(nlp._pipe_configs, _PipeConfigs):
+        nlp._pipe_configs = _PipeConfigs(nlp._pipe_configs)
+    _check_labels_against_ner(nlp, linker.labels)
+    return linker
+
+
+def _check_labels_against_ner(nlp: Language, labels: Iterable[str]) -> None:
+    """A label in `labels` that the pipeline's trained NER never predicts is a typo: refuse it
+    (labels compare in any case). Nothing is checked before an NER with labels is added."""
+    known = {label for _, pipe in nlp.pipeline if type(pipe).__name__ == "EntityRecognizer"
+             for label in getattr(pipe, "labels", ())}
+    unknown = [label for label in labels if known and label.lower() not in {k.lower() for k in known}]
+    if unknown:
+        raise ValueError(f"labels lists {unknown[0]!r}, which the pipeline's NER does not predict (it predicts "
+                         f"{', '.join(sorted(known))}); fix labels in the sapbert_linker config.")
+
+
+def _stored(candidates_attr: str) -> str:
+    return f"{candidates_attr}_stored"
+
+
+def _candidates_getter(candidates_attr: str) -> Callable[[Span], List[Tuple[str, float]]]:
+    store = _stored(candidates_attr)
+
+    def candidates(span: Span) -> List[Tuple[str, float]]:
+        return [tuple(pair) for pair in (span._.get(store) or [])]
+
+    candidates.sapbert_store = store  # marks the getter as ours
+    return candidates
+
+
+def _register_extensions(cui_attr: str, score_attr: str, candidates_attr: str) -> Optional[str]:
+    """Register the Span extensions; return the stored attribute behind `candidates_attr`, or
+    None where another package (scispaCy's linker) registered `candidates_attr` first, in
+    which case the candidates are set on it directly. Stored behind a getter, candidates come
+    back as (concept_id, score) tuples from nlp.pipe(n_process=2) too, whose workers return
+    them as lists."""
+    for attr in (cui_attr, score_attr):
+        if not Span.has_extension(attr):
+            Span.set_extension(attr, default=None)
+    store = _stored(candidates_attr)
+    if not Span.has_extension(store):
+        Span.set_extension(store, default=None)
+    if not Span.has_extension(candidates_attr):
+        Span.set_extension(candidates_attr, getter=_candidates_getter(candidates_attr))
+    getter = Span.get_extension(candidates_attr)[2]
+    return store if getattr(getter, "sapbert_store", None) == store else None
+
+
+def _legacy_keys(encoder: Optional[EncoderLoader], index, scoring: Optional[Scoring], settings: dict):
+    """(encoder loader, index loader, scoring) with the keys of a config written before 0.2 (flat
+    `model`, `precision`, …, `index` as a string, flat scoring and attribute names) moved where
+    they belong now, with one deprecation warning; `settings` loses those keys."""
+    flat = {FLAT_ENCODER_KEYS[key]: value for key in list(settings) if key in FLAT_ENCODER_KEYS
+            for value in [settings.pop(key)] if value is not None}
+    flat_scoring = {key: settings.pop(key) for key in FLAT_SCORING_KEYS if key in settings}
+    flat_scoring = {key: value for key, value in flat_scoring.items() if value is not None}
+    attributes = {FLAT_ATTRIBUTE_KEYS[key]: settings.pop(key) for key in list(settings) if key in FLAT_ATTRIBUTE_KEYS}
+    if flat or flat_scoring or attributes or isinstance(index, (str, Path)) or "follow_long_forms" in settings:
+        warnings.warn("sapbert_linker's flat keys (model, precision, pooling, max_length, device, threads, "
+                      "encoder_batch_size, index = \"…\", sparse_weight, marginal_tau, exact_first, cui_attr, "
+                      "score_attr, candidates_attr, follow_long_forms) are deprecated since 0.2: write them in its "
+                      "[encoder], [index] and [scoring] sub-configs and `attributes` (CHANGELOG.md).",
+                      FutureWarning, stacklevel=5)
+    if attributes:
+        settings["attributes"] = {**ATTRIBUTES, **settings.get("attributes", {}), **attributes}
+    encoder = dataclasses.replace(encoder or EncoderLoader(), **flat)
+    index = IndexLoader(str(index)) if isinstance(index, (str, Path)) else (index or IndexLoader())
+    scoring = dataclasses.replace(scoring or Scoring(), **flat_scoring)
+    return encoder, index, scoring
+
+
+def _split_settings(settings: dict) -> tuple:
+    """(CandidateSettings, PipeSettings) from the factory's remaining keys; one sentence for a key
+    that is none of them."""
+    parts = []
+    for kind in SETTINGS[:2]:
+        names = {f.name for f in dataclasses.fields(kind)}
+        parts.append(kind(**{key: settings.pop(key) for key in list(settings) if key in names}))
+    if settings:
+        known = sorted(f.name for f in _config_fields())
+        raise ValueError(f"sapbert_linker has no setting {sorted(settings)[0]!r}; its settings are "
+                         f"{', '.join(known)}, and the encoder, index and scoring sub-configs.")
+    return tuple(parts)
+
+
+class SapBERTLinker(Pipe):
+    """Link entities to concepts: embed each mention, search the concept index, set
+    `span._.cui`, `span._.cui_score`, `span._.kb_ents` and `span.kb_id_`. Every knob of
+    CandidateSettings, PipeSettings and Scoring reads and writes as an attribute
+    (`linker.threshold = 0.5`, `linker.sparse_weight = 0.9`); a change takes effect at once (the
+    remembered candidates are forgotten)."""
+
+    def __init__(self, vocab, name: str = "sapbert_linker", *, encoder: Optional[EncoderLoader] = None,
+                 index: Union[IndexLoader, str, None] = None, scoring: Optional[Scoring] = None, **settings):
+        settings = dict(settings)
+        encoder, index, scoring = _legacy_keys(encoder, index, scoring, settings)
+        object.__setattr__(self, "_knobs", (*_split_settings(settings), scoring))
+        self.vocab = vocab
+        self.name = name
+        self.encoder_loader, self.index_loader = encoder, index
+        self.generator: Optional[CandidateGenerator] = None
+        self.nlp: Optional[Language] = None  # the pipeline it belongs to (the factory sets it)
+        self._compact: Optional[Path] = None  # the compact index a searched graph was built over
+        self._candidates_store = _register_extensions(self.cui_attr, self.score_attr, self.candidates_attr)
+
+    def __getattr__(self, name: str):
+        for knobs in self.__dict__.get("_knobs", ()):
+            if name in knobs.__dataclass_fields__:
+                return getattr(knobs, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        for knobs in self.__dict__.get("_knobs", ()):
+            if name in knobs.__dataclass_fields__:
+                if name == "attributes":
+                    raise AttributeError("attributes cannot change on a live pipe (the Span extensions are "
+                                         "registered); set it in the sapbert_linker config.")
+                old = getattr(knobs, name)
+                setattr(knobs, name, value)
+                try:
+                    knobs.__post_init__()
+                except ValueError:
+                    setattr(knobs, name, old)
+                    raise
+                if self.__dict__.get("generator") is not None:
+                    self.generator.clear_cache()
+                return
+        object.__setattr__(self, name, value)
+
+    @property
+    def cui_attr(self) -> str:
+        return self.attributes["cui"]
+
+    @property
+    def score_attr(self) -> str:
+        return self.attributes["score"]
+
+    @property
+    def candidates_attr(self) -> str:
+        return self.attributes["candidates"]
+
+    @property
+    def labels(self) -> List[str]:
+        """The entity labels linked (PipeSettings; spaCy's Pipe has a `labels` of its own, which
+        would answer before __getattr__)."""
+        return self._knobs[1].labels
+
+    # -- loading --------------------------------------------------------------------------
+
+    @property
+    def kb(self):
+        """The knowledge base of the index (`cui_to_entity`, `alias_to_cuis`)."""
+        return self._loaded().index.kb
+
+    @property
+    def encoder(self):
+        return self._loaded().encoder
+
+    @property
+    def index(self):
+        return self._loaded().index
+
+    @property
+    def hybrid(self):
+        """The hybrid score's rescorer (ranking.hybrid.HybridRescorer) at the current sparse weight, or None when dense only."""
+        return self._loaded().hybrid
+
+    def _load(self, model: Optional[Path] = None, graph_over: Optional[Path] = None) -> None:
+        """Load the encoder and index (a saved pipeline's `model` and compact index in place of
+        the configured ones), building the default index's graph on first use."""
+        encoder_loader = self.encoder_loader
+        if model is not None:
+            encoder_loader = dataclasses.replace(encoder_loader, model=str(model))
+        self.generator = CandidateGenerator.load(encoder_loader, self.index_loader, self._knobs[0], self._knobs[2],
+                                                 graph_over=graph_over)
+        from ..search.resolve import compact_source
+
+        # What to_disk writes: the compact codes the graph was built over (54 MB), not the graph.
+        self._compact = graph_over or compact_source(self.generator.index.path)
+        self._check_label_types()
+
+    def _loaded(self) -> CandidateGenerator:
+        if self.generator is None:
+            self._load()
+        return self.generator
+
+    def _label_types(self) -> Dict[str, List[str]]:
+        if self.label_types is None:
+            return self._loaded().index.meta.get("label_types", {})
+        return self.label_types
+
+    def _types_by_label(self) -> Dict[str, Tuple[str, ...]]:
+        """Lower-cased entity label → allowed type prefixes: scispaCy's en_ner_bc5cdr_md says
+        DISEASE and CHEMICAL where the bundled index says Disease and Chemical."""
+        return {label.lower(): tuple(prefixes) for label, prefixes in self._label_types().items()}
+
+    def _check_label_types(self) -> None:
+        if self.label_types is not None:
+            check_label_types(self.label_types, "sapbert_linker's label_types")
+        index = self.generator.index
+        for label, prefixes in self._label_types().items():
+            if prefixes and index._selector(prefixes)[1] == 0:
+                raise ConceptIndexError(
+                    f"label_types maps {label!r} to types {list(prefixes)}, but no concept in the index "
+                    f"{index.meta.get('kb_name')!r} has such a type; fix label_types or set it to {{}} to "
+                    "search every concept."
+                )
+
+    def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None) -> None:
+        """Load the model and the index (building the default index on first use)."""
+        self._load()
+
+    # -- linking --------------------------------------------------------------------------
+
+    def _detector_runs_first(self) -> bool:
+        """Whether a scispaCy AbbreviationDetector runs before this pipe: only then are the
+        definitions it misses added, so that a pipeline without one resolves nothing, whatever
+        another pipeline of the process registered."""
+        from scispacy.abbreviation import AbbreviationDetector
+
+        for _, pipe in self.nlp.pipeline if self.nlp is not None else ():
+            if pipe is self:
+                break
+            if isinstance(pipe, AbbreviationDetector):
+                return True
+        return False
+
+    def _mentions(self, doc: Doc) -> Tuple[List[Span], List[Optional[Mention]]]:
+        """The entities to annotate (put right by the long forms where asked) and, for each, the
+        mention it is linked as (text, type prefixes), or None when its label is not linked."""
+        spans = doc.spans.get(self.spans_key, []) if self.spans_key else doc.ents
+        forms = (long_forms(doc, missed=self._detector_runs_first(), entities=spans)
+                 if self.resolve_abbreviations else {})
+        ents = follow_long_forms(spans, forms) if self.follow_long_forms else list(spans)
+        abbreviations = {short: form.text for short, form in forms.items()}
+        types_by_label = self._types_by_label()
+        link_labels = {label.lower() for label in self.labels}
+        generator = self._loaded()
+        context = getattr(generator.encoder, "context", None)
+
+        def mention(ent: Span) -> Mention:
+            types = types_by_label.get(ent.label_.lower(), ())
+            expanded = linked_text(ent.text, abbreviations, lambda written: generator.holds_name(written, types))
+            if context is not None:
+                # A model trained on contexts encodes the mention in its sentence, as it trained.
+                expanded = in_window(doc, ent.start, ent.end, context["window"], expanded)
+            return expanded, types
+
+        return ents, [mention(ent) if not link_labels or ent.label_.lower() in link_labels else None for ent in ents]
+
+    def predict(self, docs: List[Doc]) -> List[Tuple[List[Span], List[Optional[Candidates]]]]:
+        """For each doc, the entities to annotate (put right by the long forms) and their
+        candidates (None for entities whose label is not linked), from one generator call over
+        the batch's mentions."""
+        generator = self._loaded()
+        wanted = [self._mentions(doc) for doc in docs]
+        distinct = sorted({key for _, keys in wanted for key in keys if key is not None})
+        found = dict(zip(distinct, generator.generate(distinct)))
+        return [(ents, [found[key] if key is not None else None for key in keys]) for ents, keys in wanted]
+
+    def set_annotations(self, docs: List[Doc], predicted: List[Tuple[List[Span], List[Optional[Candidates]]]]) -> None:
+        """Set `kb_id_`, then the Span extensions (in that order: a span's extension values
+        are keyed by its kb_id, so setting them first would lose them)."""
+        for doc, (ents, doc_candidates) in zip(docs, predicted):
+            spans = [ent if cands is None else Span(doc, ent.start, ent.end, label=ent.label,
+                                                     kb_id=cands[0][0] if cands else "")
+                     for ent, cands in zip(ents, doc_candidates)]
+            if self.spans_key:
+                doc.spans[self.spans_key] = spans
+                spans = doc.spans[self.spans_key]
+            else:
+                doc.ents = spans
+                spans = doc.ents
+            for ent, cands in zip(spans, doc_candidates):
+                if cands is not None:
+                    ent._.set(self._candidates_store or self.candidates_attr, cands)
+                    ent._.set(self.cui_attr, cands[0][0] if cands else None)
+                    ent._.set(self.score_attr, cands[0][1] if cands else None)
+
+    def __call__(self, doc: Doc) -> Doc:
+        self.set_annotations([doc], self.predict([doc]))
+        return doc
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: Optional[int] = None) -> Iterator[Doc]:
+        for docs in minibatch(stream, size=batch_size or self.batch_size):
+            self.set_annotations(docs, self.predict(docs))
+            yield from docs
+
+    def score(self, examples: Iterable, **kwargs) -> Dict[str, object]:
+        """Link precision, recall and F1 (`nel_micro_p/r/f`, `nel_f_per_type`) as spaCy's own
+        entity_linker reports them, so `spacy evaluate` and `nlp.evaluate` show linking: over the
+        entities whose spans the reference shares, a predicted `kb_id_` against the reference's
+        (NIL, no concept, is "" or "NIL")."""
+        from spacy.scorer import Scorer
+
+        return Scorer.score_links(examples, negative_labels=["", "NIL"], **kwargs)
+
+    # -- serialisation --------------------------------------------------------------------
+
+    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
+        """Write the model and the index into `path`, so the pipeline needs neither original."""
+        generator = self._loaded()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        generator.encoder.save(path / MODEL_DIR)
+        cfg = {"pooling": generator.encoder.pooling, "max_length": self.encoder_loader.max_length,
+               "precision": getattr(generator.encoder, "precision", "fp32")}
+        if self._compact is not None:
+            if (path / INDEX_DIR).resolve() != Path(self._compact).resolve():
+                shutil.copytree(self._compact, path / INDEX_DIR, dirs_exist_ok=True)
+            cfg["index_graph_over_codes"] = True
+        else:
+            generator.index.save(path / INDEX_DIR)
+        srsly.write_json(path / CFG_FILE, cfg)
+
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "SapBERTLinker":
+        """Load the model and index written by `to_disk`."""
+        path = Path(path)
+        if not (path / MODEL_DIR).exists() or not (path / INDEX_DIR).exists():
+            raise ConceptIndexError(
+                f"{path} lacks the {MODEL_DIR}/ and {INDEX_DIR}/ folders that sapbert_linker "
+                "writes; save the pipeline again with nlp.to_disk."
+            )
+        cfg = srsly.read_json(path / CFG_FILE) if (path / CFG_FILE).exists() else {}
+        self.encoder_loader = dataclasses.replace(
+            self.encoder_loader, pooling=cfg.get("pooling", self.encoder_loader.pooling),
+            precision=cfg.get("precision", self.encoder_loader.precision))
+        self.index_loader = IndexLoader(str(path / INDEX_DIR))
+        self._load(model=path / MODEL_DIR, graph_over=path / INDEX_DIR if cfg.get("index_graph_over_codes") else None)
+        return self
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        raise NotImplementedError(
+            "sapbert_linker is saved as a directory (model and index); use nlp.to_disk."
+        )

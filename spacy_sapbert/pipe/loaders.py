@@ -1,0 +1,115 @@
+"""The pipe's registered sub-configs, in the style of spacy-transformers:
+
+    [components.sapbert_linker.encoder]
+    @encoders = "spacy-sapbert.Encoder.v1"
+    model = "default"
+    precision = "int8"
+
+    [components.sapbert_linker.index]
+    @indexes = "spacy-sapbert.ConceptIndex.v1"
+    index = "default"
+
+Each returns a cheap loader: nothing is read until the pipe is initialised or first used, so
+`add_pipe` stays instant and a bad path fails with one sentence at load.
+"""
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from spacy.util import registry
+
+from ..assets import DEFAULT, DEFAULT_EXACT
+from ..candidates import Scoring
+from ..encoders.base import MAX_LENGTH, POOLINGS, PRECISIONS
+
+for _name in ("encoders", "indexes", "scoring"):
+    if not hasattr(registry, _name):
+        registry.create(_name, entry_points=True)
+
+
+@dataclass
+class EncoderLoader:
+    """How mentions are encoded.
+
+    model: "default" (the bundled trained model), "fast" (its bundled 3-layer student, int8),
+        "base" (the untrained all-MiniLM-L6-v2), a local model directory (or an `export-onnx`
+        one) or a Hugging Face name.
+    precision: "int8" (ONNX Runtime, int8 weights, fixed activation scales; CPU, no torch at link
+        time; exported on first use and cached) or "fp32" (the model itself with torch; exact).
+    pooling: "cls", "mean", "mention" (a model trained on contexts) or "auto" (what the model directory records).
+    max_length: tokens per mention. device: "cpu", "cuda" or "auto" (fp32 only on a GPU).
+    threads: ONNX Runtime threads for int8 (0: one per physical core).
+    batch_size: mentions per forward pass; they are sorted by length, so small batches pad
+        little (README, Speed and memory).
+    """
+
+    model: str = DEFAULT
+    precision: str = "int8"
+    pooling: str = "auto"
+    max_length: int = MAX_LENGTH
+    device: str = "cpu"
+    threads: int = 0
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        # Checked here, at add_pipe, not after a model export or at the first doc.
+        if self.pooling not in POOLINGS + ("auto",):
+            raise ValueError(f"pooling {self.pooling!r} is not one of {', '.join(POOLINGS)} or auto; set it in the "
+                             "sapbert_linker encoder config.")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}; set it in the "
+                             "sapbert_linker encoder config.")
+        for key, least in (("batch_size", 1), ("max_length", 1), ("threads", 0)):
+            if getattr(self, key) < least:
+                raise ValueError(f"{key} ({getattr(self, key)}) must be at least {least}; set it in the "
+                                 "sapbert_linker encoder config.")
+
+    def model_path(self) -> str:
+        from ..assets import resolve_model
+
+        return resolve_model(str(self.model))
+
+    def load(self, model: Optional[Path] = None, calibration: Optional[Path] = None):
+        """The encoder (`model`, a saved pipeline's copy, in place of the configured one);
+        calibration: the index whose names calibrate an int8 export made on first use."""
+        from ..encoders.loading import load_encoder
+
+        settings = asdict(self)
+        settings.pop("model")
+        return load_encoder(str(model) if model is not None else self.model_path(), calibration=calibration,
+                            **settings)
+
+
+@dataclass
+class IndexLoader:
+    """Where concepts are searched: "default" (the bundled MeSH + MONDO index: HNSW over 6-bit
+    codes, the graph built on first use), "default-exact" (the same names, flat fp32) or an
+    index directory from `spacy-sapbert build-index`."""
+
+    index: str = DEFAULT
+
+    def calibration(self) -> Optional[Path]:
+        """The index directory whose names calibrate an int8 export of a model that searches it;
+        None for the bundled index (the export's default)."""
+        return None if self.index in (DEFAULT, DEFAULT_EXACT) else Path(self.index)
+
+    def load(self, encoder, graph_over: Optional[Path] = None):
+        """The index for `encoder`; graph_over: a saved pipeline's compact index, searched
+        through the cached graph over its codes."""
+        from ..search.index import ConceptIndex
+        from ..search.resolve import graph_over_codes, resolve_index
+
+        path = graph_over_codes(graph_over, encoder) if graph_over is not None else resolve_index(str(self.index), encoder)
+        return ConceptIndex.load(path, encoder=encoder)
+
+
+# The loaders themselves are the registered functions: their fields are the sub-configs' keys.
+registry.encoders("spacy-sapbert.Encoder.v1")(EncoderLoader)
+registry.indexes("spacy-sapbert.ConceptIndex.v1")(IndexLoader)
+# How hits are scored, over what the model records (candidates.Scoring; null: the model's own).
+registry.scoring("spacy-sapbert.Scoring.v1")(Scoring)
+
+
+ENCODER_CONFIG = {"@encoders": "spacy-sapbert.Encoder.v1", **asdict(EncoderLoader())}
+INDEX_CONFIG = {"@indexes": "spacy-sapbert.ConceptIndex.v1", **asdict(IndexLoader())}
+SCORING_CONFIG = {"@scoring": "spacy-sapbert.Scoring.v1", **asdict(Scoring())}

@@ -1,0 +1,126 @@
+"""How search hits become candidates: one query's best distinct concepts, ties in one fixed
+order, the synonym-marginal score, exact names first, and the search widened until k distinct
+concepts are found. Every search (dense, tf-idf, hybrid; the pipe and the harness) ranks
+through `search_concepts`; the indexes only return name rows and scores."""
+from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+
+import numpy as np
+
+# What every search answers for one query: (concept id, score) pairs, best first.
+Candidates = List[Tuple[str, float]]
+
+
+def tie_order(scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The order of one query's hits: best score first, and among scores equal to 6 decimals
+    (one name under two concepts) the later row first, as FAISS's flat search mostly leaves
+    them. FAISS's own tie order shifts with k; fixing it makes every search agree. It matters
+    where a dictionary gives one name under two ids (MEDIC: an OMIM and a MeSH id; README)."""
+    # in float64: FAISS pads a short result with -FLT_MAX, which overflows float32 when scaled
+    return np.lexsort((-rows, -np.round(np.asarray(scores, dtype=np.float64), 6)))
+
+
+def best_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray, k: int,
+                  tau: float = 0.0, exact: Optional[np.ndarray] = None) -> List[Tuple[int, float]]:
+    """One query's k best distinct concepts from its search hits (row -1: no hit), each scored
+    by its best name, ties in tie_order; fewer than k when the hits hold fewer concepts.
+
+    tau > 0 ranks the concepts instead by BioSyn's synonym-marginal score, the soft maximum
+    tau · log Σ exp(score / tau) over each concept's names among the hits (what a model trained
+    with the synonym-marginal likelihood at that tau learned to raise), ties by their best
+    name's tie order; each keeps its best name's score, so `threshold` keeps its meaning.
+
+    exact: True where a hit's name is the query's own (ConceptIndex.row_keys); the concepts of
+    those names come first, in the order above, then the rest (CandidateSettings.exact_first)."""
+    order = tie_order(scores, rows)
+    named = set() if exact is None else {int(row_concepts[r]) for r in rows[exact & (rows >= 0)]}
+    wanted = len(rows) if named else k  # every concept, so that an exact one past the k-th moves up
+    if tau:
+        ranked = marginal_concepts(np.asarray(scores, dtype=np.float64)[order], rows[order], row_concepts, wanted, tau)
+    else:
+        best: Dict[int, float] = {}
+        for score, row in zip(scores[order], rows[order]):
+            if row < 0 or len(best) == wanted:
+                break
+            best.setdefault(int(row_concepts[row]), float(score))
+        ranked = list(best.items())
+    if named:
+        ranked = [c for c in ranked if c[0] in named] + [c for c in ranked if c[0] not in named]
+    return ranked[:k]
+
+
+def marginal_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray, k: int,
+                      tau: float) -> List[Tuple[int, float]]:
+    """The k best concepts by synonym-marginal score of hits already in tie order, each with its
+    best name's score; equal marginals (to 6 decimals) keep their best names' tie order."""
+    hit = rows >= 0
+    scores, concepts = scores[hit], row_concepts[rows[hit]]
+    if not len(concepts):
+        return []
+    unique, first = np.unique(concepts, return_index=True)  # first: each concept's best name
+    mass = np.bincount(np.searchsorted(unique, concepts), weights=np.exp((scores - scores[0]) / tau))
+    marginal = scores[0] + tau * np.log(mass)
+    ranked = np.lexsort((first, -np.round(marginal, 6)))[:k]
+    return [(int(unique[i]), float(scores[first[i]])) for i in ranked]
+
+
+class RowSearch(Protocol):
+    """What ranking asks of an index (`search.index.ConceptIndex`, `search.tfidf.SparseConceptIndex`):
+    name rows and their scores, nothing about concepts."""
+
+    row_concepts: np.ndarray
+    concept_ids: List[str]
+
+    def allowed_rows(self, type_prefixes: Optional[Sequence[str]]) -> int:
+        """How many rows belong to concepts of `type_prefixes` (every row for None)."""
+
+    def search_rows(self, queries, n_rows: int, type_prefixes: Optional[Sequence[str]] = None
+                    ) -> Tuple[np.ndarray, np.ndarray]:
+        """(scores, rows) of each query's `n_rows` best rows, best first; row -1 pads."""
+
+
+def search_concepts(index: RowSearch, queries, k: int = 10, type_prefixes: Optional[Sequence[str]] = None,
+                    rescore: Optional[Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = None,
+                    min_rows: int = 32, tau: float = 0.0,
+                    exact_keys: Optional[Sequence[int]] = None) -> List[Candidates]:
+    """The k best distinct concepts of each query, [(concept_id, score), …] best first: rows
+    fetched from `index` (at least max(4k, min_rows); widened ×4 while a query's rows hold fewer
+    than k concepts and more rows exist), then ranked by best_concepts.
+
+    queries: what the index searches with (vectors for the dense index, texts for tf-idf).
+    type_prefixes: only concepts with a type starting with one of these.
+    rescore: called as rescore(query positions, rows, scores) on a block's hits ((n, rows)
+        arrays; row -1: none), returns their scores (the hybrid score: ranking.hybrid).
+    tau: > 0 ranks concepts by their synonym-marginal score over the rows fetched.
+    exact_keys: each query's text as kb.name_hash gives it; concepts holding a row of that
+        name (index.row_keys()) rank first.
+    """
+    n_allowed = index.allowed_rows(type_prefixes)
+    results: List[Candidates] = [[] for _ in range(len(queries))]
+    if n_allowed == 0 or k <= 0:
+        return results
+    query_keys = None if exact_keys is None else np.asarray(exact_keys, dtype=np.uint64)
+    pending = np.arange(len(queries))
+    n_rows = min(n_allowed, max(4 * k, min_rows))
+    while len(pending):
+        scores, rows = index.search_rows(_take(queries, pending), n_rows, type_prefixes)
+        if rescore is not None:
+            scores = rescore(pending, rows, scores)
+        exact = [None] * len(rows)
+        if query_keys is not None:
+            exact = (index.row_keys()[np.maximum(rows, 0)] == query_keys[pending][:, None]) & (rows >= 0)
+        short = []
+        for query, score_row, row_ids, exact_row in zip(pending, scores, rows, exact):
+            best = best_concepts(score_row, row_ids, index.row_concepts, k, tau, exact_row)
+            if len(best) >= k or n_rows >= n_allowed or (row_ids < 0).any():
+                results[query] = [(index.concept_ids[c], s) for c, s in best]
+            else:
+                short.append(query)
+        pending = np.array(short, dtype=np.int64)
+        n_rows = min(n_allowed, n_rows * 4)
+    return results
+
+
+def _take(queries, positions: np.ndarray):
+    if isinstance(queries, np.ndarray):
+        return queries[positions]
+    return [queries[i] for i in positions]

@@ -1,0 +1,628 @@
+"""A FAISS index over name embeddings that answers with distinct concepts."""
+import hashlib
+import json
+import logging
+import math
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
+
+import faiss
+import numpy as np
+
+from ..cache import cache_dir, cached_build, damaged_record, file_records
+from ..kb.concepts import KBFormatError, KnowledgeBase, name_hash, name_key
+from ..kb.formats import read_jsonl, write_jsonl
+
+if TYPE_CHECKING:
+    from ..encoders.base import Encoder
+
+logger = logging.getLogger(__name__)
+
+# Scalar quantisers: bits per dimension.
+SQ_TYPES = {
+    "sq8": faiss.ScalarQuantizer.QT_8bit,
+    "sq6": faiss.ScalarQuantizer.QT_6bit,
+    "sq4": faiss.ScalarQuantizer.QT_4bit,
+}
+INDEX_TYPES = ("flat", *SQ_TYPES, "hnsw", *(f"hnsw-{q}" for q in SQ_TYPES), "ivfpq")
+# Index types whose vectors read back exactly, so they can be converted to any other type.
+EXACT_INDEX_TYPES = ("flat", "hnsw")
+FORMAT_VERSION = 1
+# Indexes train on at most this many vectors (a sample beyond) and are filled this many at a time.
+TRAIN_ROWS = 1 << 18
+ADD_CHUNK = 1 << 16
+META_FILE = "meta.json"
+FAISS_FILE = "index.faiss"
+ROWS_FILE = "rows.npy"
+# Bump when kb.name_hash changes, so cached row keys (ConceptIndex.row_keys) are made again.
+ROW_KEYS_VERSION = 1
+KB_FILE = "kb.jsonl"
+# The KB as a bundled index stores it (save(compress_kb=True)).
+KB_FILE_GZ = "kb.jsonl.gz"
+
+
+class ConceptIndexError(ValueError):
+    """An index directory is missing, damaged, or does not match the encoder."""
+
+
+def make_faiss_index(vectors: np.ndarray, index_type: str = "flat", dim: Optional[int] = None) -> faiss.Index:
+    """A trained FAISS inner-product index holding `vectors` (unit rows, float32).
+
+    flat: exact search (4 bytes × dim per name). sq8, sq6, sq4: 8-, 6- or 4-bit scalar
+    quantisation (4×, 5.3×, 8× smaller; sq8 is near exact). hnsw: graph search over exact
+    vectors (much faster search, larger). hnsw-sq8 (and -sq6, -sq4): graph search over quantised
+    vectors: about 10× faster search than flat and 2.3× smaller (MeSH C/F03/D: 64 MB against
+    150 MB), with recall@10 0.993 against exact search. ivfpq: inverted lists + product
+    quantisation (dim/4 bytes per name, 16× smaller, but recall@10 0.82 on the 924k open-ontology
+    names; hnsw-sq8 keeps 0.99 there: README, "A UMLS-scale index").
+    dim: first project onto the `dim` leading singular directions of `vectors`, randomly rotated
+    within them (queries are projected inside the index), so each name costs dim instead of the
+    model's dimensions.
+    """
+    n, in_dim = vectors.shape
+    if index_type not in INDEX_TYPES:
+        raise ConceptIndexError(f"Unknown index type {index_type!r}; use one of {', '.join(INDEX_TYPES)}.")
+    if dim is not None and not 0 < dim <= in_dim:
+        raise ConceptIndexError(f"Cannot project {in_dim}-d vectors to {dim} dimensions; give 1 to {in_dim}.")
+    d = dim or in_dim
+    metric = faiss.METRIC_INNER_PRODUCT
+    if index_type == "flat":
+        index = faiss.IndexFlatIP(d)
+    elif index_type in SQ_TYPES:
+        index = faiss.IndexScalarQuantizer(d, SQ_TYPES[index_type], metric)
+    elif index_type == "hnsw":
+        index = faiss.IndexHNSWFlat(d, 32, metric)
+        index.hnsw.efConstruction = 80
+        index.hnsw.efSearch = 128
+    elif index_type.startswith("hnsw-"):
+        index = _hnsw_sq(d, SQ_TYPES[index_type[len("hnsw-"):]])
+    else:  # ivfpq
+        if n < 100_000:
+            logger.warning(
+                "IVF-PQ over %d names loses accuracy for little gain; flat or sq8 suit a KB this small.", n
+            )
+        n_lists = max(1, min(int(4 * math.sqrt(n)), n // 39))
+        n_sub = next(m for m in (d // 4, d // 2, d, 1) if m and d % m == 0)
+        n_bits = max(1, min(8, int(math.log2(max(n, 2))) - 2))
+        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(d), d, n_lists, n_sub, n_bits, metric)
+        index.nprobe = min(n_lists, 32)
+    if d != in_dim:
+        index = faiss.IndexPreTransform(_projection(vectors, d), index)
+    if not index.is_trained:
+        index.train(_training_sample(vectors))
+    # In chunks: `vectors` may be a memmap of more names than fit in memory (streamed).
+    for start in range(0, n, ADD_CHUNK):
+        index.add(np.ascontiguousarray(vectors[start:start + ADD_CHUNK], dtype=np.float32))
+    return index
+
+
+def _training_sample(vectors: np.ndarray) -> np.ndarray:
+    """All the vectors up to TRAIN_ROWS (every index of a KB that size trains as it always did);
+    beyond, an even, sorted random sample of TRAIN_ROWS of them, read from disk if they are."""
+    if len(vectors) <= TRAIN_ROWS:
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+    rows = np.sort(np.random.default_rng(0).choice(len(vectors), TRAIN_ROWS, replace=False))
+    return np.ascontiguousarray(vectors[rows], dtype=np.float32)
+
+
+def _hnsw_sq(dim: int, qtype: int, m: int = 32, ef_construction: int = 200) -> faiss.IndexHNSWSQ:
+    index = faiss.IndexHNSWSQ(dim, qtype, m, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = ef_construction
+    index.hnsw.efSearch = 256
+    return index
+
+
+def _projection(vectors: np.ndarray, dim: int) -> faiss.LinearTransform:
+    """x → Vᵀx onto the `dim` leading right singular vectors of (a sample of) `vectors`.
+
+    Not centred (unlike PCA), so inner products in the projected space approximate the original
+    cosines rather than covariances."""
+    sample = vectors
+    if len(vectors) > 100_000:
+        sample = vectors[np.random.default_rng(0).choice(len(vectors), 100_000, replace=False)]
+    _, _, vt = np.linalg.svd(sample, full_matrices=False)
+    # A random rotation within the kept subspace spreads its variance evenly over the
+    # dimensions, so a scalar quantiser's per-dimension steps stay small in every one of them.
+    rotation, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((dim, dim)))
+    matrix = rotation @ vt[:dim]
+    transform = faiss.LinearTransform(vectors.shape[1], dim, False)
+    faiss.copy_array_to_vector(np.ascontiguousarray(matrix, dtype=np.float32).ravel(), transform.A)
+    transform.is_orthonormal = True
+    transform.is_trained = True
+    return transform
+
+
+def _graph_over_codes(index: faiss.Index) -> faiss.Index:
+    """An HNSW graph over a scalar-quantised flat index's own codes (behind its projection, if
+    any): the same quantiser, so every name keeps exactly its code and nothing is lost twice.
+
+    This is how a bundled index is unpacked on a user's machine, so the graph is lighter than
+    a fresh hnsw-sq8's (16 links a node, efConstruction 100): it builds in half the time and
+    memory for the same dev Acc@1 (README, The default model and index)."""
+    outer = faiss.downcast_index(index)
+    inner = faiss.downcast_index(outer.index) if isinstance(outer, faiss.IndexPreTransform) else outer
+    graph = _hnsw_sq(inner.d, inner.sq.qtype, m=16, ef_construction=100)
+    storage = faiss.downcast_index(graph.storage)
+    storage.sq = inner.sq
+    storage.is_trained = graph.is_trained = True
+    graph.add(inner.reconstruct_n(0, inner.ntotal))
+    if not np.array_equal(faiss.vector_to_array(storage.codes), faiss.vector_to_array(inner.codes)):
+        raise ConceptIndexError("Re-encoding the quantised vectors changed their codes; convert from an exact index.")
+    if outer is inner:
+        return graph
+    wrapped = faiss.IndexPreTransform(graph)
+    for i in reversed(range(outer.chain.size())):
+        wrapped.prepend_transform(_copy_linear(faiss.downcast_VectorTransform(outer.chain.at(i))))
+    return wrapped
+
+
+def _copy_linear(transform: faiss.LinearTransform) -> faiss.LinearTransform:
+    copy = faiss.LinearTransform(transform.d_in, transform.d_out, transform.have_bias)
+    faiss.copy_array_to_vector(faiss.vector_to_array(transform.A), copy.A)
+    faiss.copy_array_to_vector(faiss.vector_to_array(transform.b), copy.b)
+    copy.is_orthonormal, copy.is_trained = transform.is_orthonormal, True
+    return copy
+
+
+def _split_pre_transform(index: faiss.Index) -> Tuple[List[Tuple[np.ndarray, Optional[np.ndarray]]], faiss.Index]:
+    """(the linear maps of an IndexPreTransform's chain in float64, as (A, b or None), and the
+    index inside); ([], index) for any other index.
+
+    FAISS applies a transform with BLAS, whose one-row and many-row kernels round differently,
+    so a query's projection, and so its scores, would depend on how many queries share the
+    call. Projected in float64 and rounded to float32, a query's vector is the same bit for bit
+    whatever its batch."""
+    outer = faiss.downcast_index(index)
+    if not isinstance(outer, faiss.IndexPreTransform):
+        return [], index
+    maps = []
+    for i in range(outer.chain.size()):
+        transform = faiss.downcast_VectorTransform(outer.chain.at(i))
+        if not isinstance(transform, faiss.LinearTransform):
+            return [], index
+        matrix = faiss.vector_to_array(transform.A).astype(np.float64).reshape(transform.d_out, transform.d_in)
+        bias = faiss.vector_to_array(transform.b).astype(np.float64) if transform.have_bias else None
+        maps.append((matrix, bias))
+    return maps, outer.index
+
+
+def _search_params(index: faiss.Index, selector) -> faiss.SearchParameters:
+    base = faiss.downcast_index(index)
+    if isinstance(base, faiss.IndexPreTransform):  # it hands the parameters to the index inside
+        base = faiss.downcast_index(base.index)
+    if isinstance(base, faiss.IndexHNSW):
+        return faiss.SearchParametersHNSW(sel=selector, efSearch=base.hnsw.efSearch)
+    if isinstance(base, faiss.IndexIVF):
+        return faiss.SearchParametersIVF(sel=selector, nprobe=base.nprobe)
+    return faiss.SearchParameters(sel=selector)
+
+
+def check_label_types(mapping, where: str) -> Dict[str, List[str]]:
+    """`mapping` when it maps entity labels to lists of concept-type prefixes; else one sentence
+    (ConceptIndexError) naming `where`."""
+    if mapping is None:
+        mapping = {}
+    if not (isinstance(mapping, dict) and all(
+            isinstance(label, str) and isinstance(prefixes, list) and all(isinstance(p, str) for p in prefixes)
+            for label, prefixes in mapping.items())):
+        shown = json.dumps(mapping, default=str)
+        raise ConceptIndexError(
+            f"{where} must map entity labels to lists of concept-type prefixes, such as "
+            f'{{"Disease": ["C", "F03"], "Chemical": ["D"]}}, not {shown[:80]}.'
+        )
+    return mapping
+
+
+def verify_files(path: Path, meta: dict) -> Optional[str]:
+    """Why the files of the index at `path` do not match the sizes and checksums its meta.json
+    records (one sentence), or None when every one does."""
+    files = meta.get("files")
+    if not isinstance(files, dict) or not files:
+        return (f"{path / META_FILE} records no file checksums, so its files cannot be checked; "
+                "rebuild the index.")
+    damaged = damaged_record(path, files)
+    if damaged is None:
+        return None
+    file, why = damaged
+    if why == "missing":
+        return f"{file} is missing; copy the whole index directory or rebuild it."
+    if why == "size":
+        expected = files[file.name]
+        written = expected.get("bytes") if isinstance(expected, dict) else expected
+        return (f"{file} has {file.stat().st_size} bytes but {written} were written, so it is truncated or was "
+                "changed; copy it again or rebuild the index.")
+    return (f"{file} does not match the checksum in {META_FILE}, so it is corrupted; "
+            "copy it again or rebuild the index.")
+
+
+class ConceptIndex:
+    """Name vectors in FAISS, each row mapped to the concept it names.
+
+    kb: the knowledge base whose names were embedded.
+    index: a FAISS inner-product index with one row per name.
+    row_concepts: for each row, the position of its concept in `concept_ids`.
+    meta: what built it (model fingerprint, pooling, max_length, dim, KB name and counts).
+    """
+
+    def __init__(self, kb: KnowledgeBase, index: faiss.Index, row_concepts: np.ndarray, meta: dict):
+        self.kb = kb
+        self.index = index
+        self.concept_ids: List[str] = list(kb.cui_to_entity)
+        self.row_concepts = np.asarray(row_concepts, dtype=np.int32)
+        self.meta = meta
+        self.path: Optional[Path] = None  # the directory it was loaded from
+        self._selectors: Dict[Tuple[str, ...], Tuple[object, int]] = {}
+        self._split: Optional[tuple] = None  # (index, its pre-transform maps, the index inside)
+
+    @classmethod
+    def build(
+        cls,
+        kb: KnowledgeBase,
+        encoder: "Encoder",
+        index_type: str = "flat",
+        show_progress: Optional[bool] = None,
+        dim: Optional[int] = None,
+        work_dir: Optional[Union[str, Path]] = None,
+        chunk_size: int = 65_536,
+    ) -> "ConceptIndex":
+        """Embed every name of `kb` with `encoder` and index them (projected to `dim`
+        dimensions if given; see make_faiss_index).
+
+        work_dir: stream the vectors to disk there, `chunk_size` names at a time, and resume a
+            killed build of the same names and model from its last chunk (search/streamed.py); the
+            caller removes it once the index is saved."""
+        if index_type not in INDEX_TYPES:
+            raise ConceptIndexError(
+                f"Unknown index type {index_type!r}; use one of {', '.join(INDEX_TYPES)}."
+            )
+        if len(kb) == 0:
+            raise ConceptIndexError(f"Knowledge base {kb.name!r} has no concepts, so there is nothing to index.")
+        start = time.perf_counter()
+        names, rows = kb.name_row_concepts()
+        if work_dir is not None:
+            from .streamed import encode_to_disk
+
+            vectors = encode_to_disk(names, encoder, Path(work_dir), chunk_size, show_progress)
+        else:
+            vectors = encoder.encode(names, show_progress=show_progress)
+        index = cls.from_vectors(kb, vectors, encoder.fingerprint, index_type, dim)
+        index.meta.update({
+            "format_version": FORMAT_VERSION,
+            "model": getattr(encoder, "exported_from", encoder.name_or_path),
+            "name_precision": getattr(encoder, "precision", "fp32"),
+            "model_fingerprint": encoder.fingerprint,
+            "pooling": encoder.pooling,
+            "max_length": encoder.max_length,
+            "dim": encoder.dim,
+            "index_type": index_type,
+            "projected_dim": dim if dim and dim != encoder.dim else None,
+            "kb_name": kb.name,
+            "kb_version": kb.version,
+            "n_concepts": len(kb),
+            "n_names": len(names),
+            "build_seconds": round(time.perf_counter() - start, 1),
+        })
+        return index
+
+    @classmethod
+    def from_vectors(cls, kb: KnowledgeBase, vectors: np.ndarray, fingerprint: str, index_type: str = "flat",
+                     dim: Optional[int] = None) -> "ConceptIndex":
+        """An index of `kb`'s names (`name_rows` order) whose vectors the model with
+        `fingerprint` made: the harness's dictionaries, whose names it embeds through a cache."""
+        _, rows = kb.name_row_concepts()
+        return cls(kb, make_faiss_index(vectors, index_type, dim), rows, {"model_fingerprint": fingerprint})
+
+    def __len__(self) -> int:
+        return int(self.index.ntotal)
+
+    def converted(self, index_type: str, dim: Optional[int] = None, prefer: Sequence[str] = ()) -> "ConceptIndex":
+        """The same names and concepts in another FAISS index type, without encoding anything.
+
+        From an exact index (flat or hnsw): any type, projected to `dim` dimensions if given,
+        and with `prefer` (see preferred_rows) leaving out names a preferred concept also bears.
+        From a scalar-quantised one (sq8, sq6, sq4, projected or not): only its HNSW graph
+        (hnsw-sq8, …) over the very same codes, as a bundled compact index is unpacked."""
+        current = self.meta.get("index_type", "flat")
+        start = time.perf_counter()
+        rows, extra = self.row_concepts, {}
+        if current in EXACT_INDEX_TYPES and not self.meta.get("projected_dim"):
+            vectors = self.index.reconstruct_n(0, self.index.ntotal)
+            if prefer:
+                keep = self.preferred_rows(prefer)
+                vectors, rows = vectors[keep], rows[keep]
+                extra = {"name_precedence": list(prefer), "n_names": int(keep.sum()),
+                         "n_shared_names_left_out": int((~keep).sum())}
+            index = make_faiss_index(vectors, index_type, dim)
+            projected = dim if dim and dim != vectors.shape[1] else None
+        elif current in SQ_TYPES and index_type == f"hnsw-{current}" and dim is None and not prefer:
+            index = _graph_over_codes(self.index)
+            projected = self.meta.get("projected_dim")
+        else:
+            raise ConceptIndexError(
+                f"A {current} index stores approximate vectors, so converting it to {index_type} would "
+                f"compound the loss; convert from a {' or '.join(EXACT_INDEX_TYPES)} index, or build anew"
+                + (f" (from {current}, only hnsw-{current} over the same codes)." if current in SQ_TYPES else ".")
+            )
+        meta = dict(self.meta, index_type=index_type, projected_dim=projected, **extra,
+                    build_seconds=round(self.meta.get("build_seconds", 0) + time.perf_counter() - start, 1))
+        meta.pop("files", None)
+        return ConceptIndex(self.kb, index, rows, meta)
+
+    def set_ef_search(self, ef_search: int) -> None:
+        """Candidates a graph index keeps while searching (its recall against its speed; stored
+        with the index): 256 by default, 1,024 for ≥ 0.99 recall@10 at 4M names (README)."""
+        graph = faiss.downcast_index(_split_pre_transform(self.index)[1])
+        if not isinstance(graph, faiss.IndexHNSW):
+            raise ConceptIndexError(f"efSearch applies to the hnsw index types, not to {self.meta.get('index_type')!r}.")
+        if ef_search < 1:
+            raise ConceptIndexError(f"efSearch must be at least 1, not {ef_search}.")
+        graph.hnsw.efSearch = ef_search
+
+    def preferred_rows(self, prefer: Sequence[str]) -> np.ndarray:
+        """Which rows to keep when a name is borne by several concepts that could answer the same
+        entity label: only those of the concepts whose id matches the earliest pattern in
+        `prefer` (regular expressions an id must match whole; ids matching none come last). So
+        where MeSH and MONDO both name "erythema nodosum", prefer=("D[0-9]+", "C[0-9]+") lets
+        MeSH's descriptor answer, while the MONDO concept keeps its other names and stays in the KB.
+
+        Concepts compete within a label class of meta["label_types"] (all together if none).
+        Needs rows in the KB's own name order, as `build` writes them."""
+        _, rows = self.kb.name_row_concepts()
+        if not np.array_equal(rows, self.row_concepts):
+            raise ConceptIndexError(
+                "This index's rows no longer follow its KB's names (it was filtered or converted), so "
+                "name precedence cannot be applied; apply it to the index `build-index` wrote."
+            )
+        return self._preferred_mask(prefer)
+
+    def row_names(self) -> List[str]:
+        """The name each row of the index embeds: the KB's names in order, less those that name
+        precedence (meta["name_precedence"], see preferred_rows) left to other concepts."""
+        names, rows = self.kb.name_row_concepts()
+        if len(names) != len(self) and self.meta.get("name_precedence"):
+            keep = self._preferred_mask(self.meta["name_precedence"])
+            names, rows = [n for n, kept in zip(names, keep) if kept], rows[keep]
+        if not np.array_equal(rows, self.row_concepts):
+            raise ConceptIndexError(
+                "This index's rows do not follow its KB's names, so they cannot be named (for the hybrid "
+                "score and exact names first); rebuild it with `spacy-sapbert build-index`, or set "
+                "sparse_weight to 0 and exact_first to false."
+            )
+        return names
+
+    def state_key(self, *parts) -> Optional[str]:
+        """A cache key for state derived from this index's row names (the hybrid score's tf-idf,
+        row_keys): `parts` with the KB's and rows' checksums; None for an index saved without
+        them, whose state is made afresh."""
+        files = self.meta.get("files", {})
+        kb_file = next((files[name] for name in sorted(files) if name.startswith("kb.jsonl")), None)
+        if kb_file is None or "rows.npy" not in files:
+            return None
+        return hashlib.sha256(json.dumps(
+            [*parts, kb_file["sha256"], files["rows.npy"]["sha256"], self.meta.get("name_precedence"),
+             len(self)]).encode()).hexdigest()[:16]
+
+    def row_keys(self) -> np.ndarray:
+        """Each row's name as kb.name_hash gives it (uint64), for telling which hits are a
+        mention's exact name. Made on first use from the row names (1.1 s for the bundled
+        index) and kept in the cache (1.7 MB), so a later load reads it in milliseconds."""
+        if getattr(self, "_row_keys", None) is not None and len(self._row_keys) == len(self):
+            return self._row_keys
+        def made() -> np.ndarray:
+            return np.array([name_hash(name) for name in self.row_names()], dtype=np.uint64)
+
+        key = self.state_key("row-keys", ROW_KEYS_VERSION)
+        if key is None:
+            self._row_keys = made()
+            return self._row_keys
+        folder = cache_dir() / f"row-keys-{key}"
+
+        def intact(path: Path) -> bool:
+            try:
+                records = json.loads((path / "files.json").read_text(encoding="utf-8"))
+                if set(records) != {"keys.npy"} or damaged_record(path, records):
+                    return False
+                self._row_keys = np.load(path / "keys.npy")
+            except (OSError, ValueError):
+                return False
+            return len(self._row_keys) == len(self)
+
+        def build(staging: Path) -> None:
+            np.save(staging / "keys.npy", made())
+            (staging / "files.json").write_text(json.dumps(file_records(staging, ["keys.npy"]), indent=2))
+
+        cached_build(folder, build, intact, "index rows' exact-name keys", takes="about a second for the bundled index")
+        if not intact(folder):  # read what the build wrote
+            raise ConceptIndexError(f"The exact-name keys in {folder} cannot be read; delete the folder and retry.")
+        return self._row_keys
+
+    def rows_named(self, key: int) -> np.ndarray:
+        """The rows whose name has kb.name_hash `key`, in row order: a binary search of
+        row_keys in sorted order (made on first use, 16 bytes a row: 3.3 MB for the bundled
+        index), not a scan of every row."""
+        keys = self.row_keys()
+        # Derived from the very array row_keys returns, so keys made again are sorted again.
+        if getattr(self, "_sorted_row_keys", (None,))[0] is not keys:
+            order = np.argsort(keys, kind="stable")
+            self._sorted_row_keys = (keys, order, keys[order])
+        _, order, sorted_keys = self._sorted_row_keys
+        first, last = np.searchsorted(sorted_keys, np.uint64(key), side="left"), np.searchsorted(
+            sorted_keys, np.uint64(key), side="right")
+        return order[first:last]
+
+    def _preferred_mask(self, prefer: Sequence[str]) -> np.ndarray:
+        names, cuis = self.kb.name_rows()
+        try:
+            patterns = [re.compile(p) for p in prefer]
+        except re.error as err:
+            raise ConceptIndexError(f"Name precedence pattern {err.pattern!r} is not a regular expression: {err}.") from None
+        rank = {cui: next((i for i, p in enumerate(patterns) if p.fullmatch(cui)), len(patterns))
+                for cui in set(cuis)}
+        label_types = self.meta.get("label_types")
+
+        def labels(cui: str) -> List[str]:
+            if not label_types:  # one class: every concept competes with every other
+                return [""]
+            concept = self.kb.cui_to_entity[cui]
+            return [label for label, prefixes in label_types.items() if concept.has_type(prefixes)]
+
+        classes = {cui: labels(cui) for cui in set(cuis)}
+        best: Dict[Tuple[str, str], int] = {}
+        for name, cui in zip(names, cuis):
+            for label in classes[cui]:
+                key = (name_key(name), label)
+                best[key] = min(best.get(key, rank[cui]), rank[cui])
+        return np.array([
+            not classes[cui] or any(best[(name_key(name), label)] >= rank[cui] for label in classes[cui])
+            for name, cui in zip(names, cuis)
+        ])
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint of the encoder that built the index."""
+        return self.meta["model_fingerprint"]
+
+    def check_encoder(self, encoder: "Encoder", where: str = "this index") -> None:
+        """Raise if `encoder` is not the model the index was built with."""
+        if encoder.fingerprint != self.fingerprint:
+            raise ConceptIndexError(
+                f"{where} was built with model {self.meta.get('model')!r} (fingerprint "
+                f"{self.fingerprint}, pooling {self.meta.get('pooling')}, max_length "
+                f"{self.meta.get('max_length')}), not with {encoder.name_or_path!r} (fingerprint "
+                f"{encoder.fingerprint}); rebuild it with `spacy-sapbert build-index`."
+            )
+
+    def _selector(self, type_prefixes: Sequence[str]) -> Tuple[object, int]:
+        key = tuple(sorted(type_prefixes))
+        if key not in self._selectors:
+            entities = self.kb.cui_to_entity
+            allowed = np.array([i for i, cui in enumerate(self.concept_ids) if entities[cui].has_type(key)],
+                               dtype=np.int64)
+            # One bit a row (26 KB for 208k names), where a set of row ids took megabytes.
+            member = np.isin(self.row_concepts, allowed)
+            bitmap = np.packbits(member, bitorder="little")
+            selector = faiss.IDSelectorBitmap(len(member), faiss.swig_ptr(bitmap))
+            selector.bitmap_array = bitmap  # the selector reads this buffer: keep it alive
+            self._selectors[key] = (selector, int(member.sum()))
+        return self._selectors[key]
+
+    def allowed_rows(self, type_prefixes: Optional[Sequence[str]] = None) -> int:
+        """How many rows name concepts with a type starting with one of `type_prefixes` (all
+        rows for None or empty)."""
+        return self._selector(type_prefixes)[1] if type_prefixes else len(self)
+
+    def search_rows(self, vectors: np.ndarray, n_rows: int,
+                    type_prefixes: Optional[Sequence[str]] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """Each query vector's `n_rows` best name rows: (inner products, row ids), best first,
+        row -1 where fewer rows match; only rows of concepts with a type starting with one of
+        `type_prefixes` when given. Rows become concepts in `ranking` (search_concepts).
+
+        vectors: (n, dim) unit vectors from the index's encoder.
+        """
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.index.d:
+            raise ConceptIndexError(
+                f"Query vectors have shape {vectors.shape}, but the index holds {self.index.d}-d "
+                "vectors; encode queries with the model the index was built with."
+            )
+        params = _search_params(self.index, self._selector(type_prefixes)[0]) if type_prefixes else None
+        searched, vectors = self._searchable(vectors)
+        return searched.search(vectors, n_rows, params=params)
+
+    def _searchable(self, vectors: np.ndarray) -> Tuple[faiss.Index, np.ndarray]:
+        """The FAISS index that search asks and the queries in its space: a pre-transform's
+        maps are applied here in float64 (_split_pre_transform)."""
+        if getattr(self, "_split", None) is None or self._split[0] is not self.index:
+            self._split = (self.index, *_split_pre_transform(self.index))
+        _, maps, searched = self._split
+        for matrix, bias in maps:
+            projected = vectors.astype(np.float64) @ matrix.T
+            vectors = np.ascontiguousarray(projected + bias if bias is not None else projected, dtype=np.float32)
+        return searched, vectors
+
+    def save(self, path: Union[str, Path], compress_kb: bool = False) -> Path:
+        """Write the index as a self-contained directory; return it. compress_kb: store the KB
+        gzip-compressed (kb.jsonl.gz, about 5× smaller), as a bundled index does."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(self.index, str(path / FAISS_FILE))
+        np.save(path / ROWS_FILE, self.row_concepts)
+        kb_file = KB_FILE_GZ if compress_kb else KB_FILE
+        write_jsonl(self.kb, path / kb_file)
+        meta = dict(self.meta)
+        meta["files"] = file_records(path, (FAISS_FILE, ROWS_FILE, kb_file))
+        (path / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: Union[str, Path], encoder: Optional["Encoder"] = None, mmap: bool = False) -> "ConceptIndex":
+        """Read an index directory, checking every file against `meta.json` and, when given,
+        the encoder against the fingerprint the index was built with.
+
+        mmap: map the FAISS file's vectors read-only instead of reading them into memory, so
+        only the pages a search touches are loaded and processes share them (flat, sq8 and the
+        vectors of hnsw/hnsw-sq8; IVF lists are read as usual)."""
+        path = Path(path)
+        meta_path = path / META_FILE
+        if not meta_path.exists():
+            raise ConceptIndexError(
+                f"{path} is not a concept index (no {META_FILE}); build one with "
+                "`spacy-sapbert build-index`."
+            )
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ConceptIndexError(f"{meta_path} is not valid JSON; rebuild the index.") from None
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ConceptIndexError(
+                f"{meta_path} has format version {meta.get('format_version')!r}, but this "
+                f"spacy-sapbert reads version {FORMAT_VERSION}; rebuild the index."
+            )
+        problem = verify_files(path, meta)
+        if problem:
+            raise ConceptIndexError(problem)
+        kb_file = KB_FILE_GZ if KB_FILE_GZ in meta.get("files", {}) else KB_FILE
+        try:
+            kb = read_jsonl(path / kb_file, name=meta.get("kb_name"))
+        except KBFormatError as err:
+            raise ConceptIndexError(f"The index's knowledge base is unreadable: {err}") from None
+        kb.version = meta.get("kb_version", "")
+        flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
+        index = faiss.read_index(str(path / FAISS_FILE), flags)
+        rows = np.load(path / ROWS_FILE)
+        if index.ntotal != len(rows) or index.d != meta.get("dim") or len(kb) != meta.get("n_concepts"):
+            raise ConceptIndexError(
+                f"{path}: the FAISS index ({index.ntotal} rows, {index.d}-d), the row map "
+                f"({len(rows)} rows) and the KB ({len(kb)} concepts) disagree with {META_FILE}; "
+                "rebuild the index."
+            )
+        if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer) or (len(rows) and (rows.min() < 0 or rows.max() >= len(kb))):
+            raise ConceptIndexError(
+                f"{path / ROWS_FILE} maps rows to concepts outside the KB's {len(kb)} (it must hold one concept "
+                "position per row); rebuild the index."
+            )
+        check_label_types(meta.get("label_types", {}), f"{meta_path}'s label_types")
+        loaded = cls(kb, index, rows, meta)
+        loaded.path = path
+        if encoder is not None:
+            loaded.check_encoder(encoder, where=f"The index at {path}")
+        return loaded
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["index"] = faiss.serialize_index(self.index)
+        state["_selectors"] = {}
+        state["_split"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state["index"] = faiss.deserialize_index(state["index"])
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return (
+            f"ConceptIndex({self.meta.get('kb_name')!r}, concepts={len(self.concept_ids)}, "
+            f"names={len(self)}, type={self.meta.get('index_type')!r})"
+        )

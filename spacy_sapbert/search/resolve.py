@@ -1,0 +1,116 @@
+"""The index for an index name (`resolve_index`): the bundled index's search graph, built over
+its own codes and cached on first use, or, for a model the bundled index was not built with, an
+index of the bundled KB's names built and cached under `SPACY_SAPBERT_CACHE`."""
+import json
+import logging
+from pathlib import Path
+from typing import Optional
+
+from ..assets import BUNDLED_INDEX, DEFAULT, DEFAULT_EXACT, DEFAULT_INDEX_TYPE, bundled_index_meta, default_kb
+from ..cache import cache_dir, cached_build
+from ..encoders.loading import exact_encoder
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_index(index: str, encoder) -> Optional[Path]:
+    """`index` as a path, or the default index for `encoder` for "default" (its exact flat
+    version for "default-exact")."""
+    if index == DEFAULT:
+        return default_index_path(encoder)
+    if index == DEFAULT_EXACT:
+        return exact_default_index_path(encoder)
+    return Path(index)
+
+
+def _index_matches(path: Path, fingerprint: str) -> bool:
+    meta = path / "meta.json"
+    if not meta.exists():
+        return False
+    try:
+        return json.loads(meta.read_text()).get("model_fingerprint") == fingerprint
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+
+
+def _cached_index_intact(path: Path, fingerprint: str) -> bool:
+    """Whether the cached index at `path` was built for `fingerprint` and every file still
+    matches its checksum."""
+    if not _index_matches(path, fingerprint):
+        return False
+    from .index import verify_files
+
+    return verify_files(path, json.loads((path / "meta.json").read_text())) is None
+
+
+def exact_default_index_path(encoder) -> Path:
+    """The cached exact (flat) index of the default KB's names for `encoder`, built on first use
+    (minutes on CPU, with a progress bar): the exact fp32 path, and, for a model the bundled
+    index was not built with, the source of its compressed default."""
+    kb_meta = bundled_index_meta() or {"kb_name": "mesh-C-F03-D"}
+    cached = cache_dir() / f"index-{kb_meta['kb_name']}-{encoder.fingerprint}"
+
+    def build(staging: Path) -> None:
+        from .index import ConceptIndex
+
+        kb, label_types = default_kb()
+        index = ConceptIndex.build(kb, exact_encoder(encoder), show_progress=True)
+        index.meta["label_types"] = label_types
+        if kb_meta.get("name_precedence"):  # the names the bundled index leaves to preferred concepts
+            index = index.converted("flat", prefer=kb_meta["name_precedence"])
+        index.save(staging)
+
+    intact = lambda path: _cached_index_intact(path, encoder.fingerprint)  # noqa: E731
+    return cached_build(cached, build, intact, f"exact {kb_meta['kb_name']} index for {encoder}",
+                        takes="about 20 min for the bundled KB's 230k names")
+
+
+def default_index_path(encoder) -> Path:
+    """The default index for `encoder`, cached: the bundled index's search graph (built over its
+    own codes once, in seconds) when the bundled index was built with `encoder`'s model; else
+    the exact index of the default KB (built first when missing) in DEFAULT_INDEX_TYPE."""
+    from .index import SQ_TYPES, ConceptIndex
+
+    meta = bundled_index_meta()
+    if meta is not None and _index_matches(BUNDLED_INDEX, encoder.fingerprint):
+        if meta["index_type"] not in SQ_TYPES:  # already a searchable graph or flat index
+            return BUNDLED_INDEX
+        return graph_over_codes(BUNDLED_INDEX, encoder, "bundled index's search graph")
+    source = exact_default_index_path(encoder)
+    cached = source.with_name(f"{source.name}-{DEFAULT_INDEX_TYPE}")
+    return cached_build(cached, lambda staging: ConceptIndex.load(source).converted(DEFAULT_INDEX_TYPE).save(staging),
+                        lambda path: _cached_index_intact(path, encoder.fingerprint),
+                        f"{DEFAULT_INDEX_TYPE} index of {source.name}")
+
+
+def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
+    """The cached HNSW graph over the codes of the scalar-quantised index at `compact` (the
+    bundled index, or its copy in a saved pipeline), built once in seconds; keyed by the codes'
+    checksum, so every copy of one index shares it."""
+    from .index import ConceptIndex
+
+    meta = json.loads((compact / "meta.json").read_text(encoding="utf-8"))
+    graph_type = f"hnsw-{meta['index_type']}"
+    cached = _graph_cache(meta)
+    return cached_build(cached, lambda staging: ConceptIndex.load(compact).converted(graph_type).save(staging),
+                        lambda path: _cached_index_intact(path, encoder.fingerprint),
+                        what or f"search graph of {compact}", takes="about 20 s")
+
+
+def _graph_cache(meta: dict) -> Path:
+    """Where the graph over a compact index's codes is cached: keyed by the codes' checksum."""
+    digest = meta["files"]["index.faiss"]["sha256"][:16]
+    return cache_dir() / f"index-bundled-{digest}-hnsw-{meta['index_type']}"
+
+
+def compact_source(index_path: Path) -> Optional[Path]:
+    """The compact index whose codes the searched graph at `index_path` was built over (what a
+    saved pipeline stores instead of the graph), or None."""
+    meta = bundled_index_meta()
+    if meta is None or not meta.get("files"):
+        return None
+    from .index import SQ_TYPES
+
+    if meta["index_type"] in SQ_TYPES and Path(index_path) == _graph_cache(meta):
+        return BUNDLED_INDEX
+    return None

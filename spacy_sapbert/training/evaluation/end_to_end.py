@@ -1,0 +1,95 @@
+"""End-to-end linking on what users run: a pipeline's NER, abbreviations and linker over whole
+BC5CDR documents, scored against the gold spans and ids.
+
+A predicted entity is a span hit when a gold mention has the same boundaries and label (labels
+compared case-insensitively), and a link hit when, besides, its `cui` is one of that mention's
+gold ids (resolved through the linker's KB, as the harness resolves them); an entity left NIL
+predicts no link. Precision, recall and
+F1 of both are given per label and over all labels. Gold mentions the corpus marks unlinkable
+(-1) are not in the gold set, so a prediction on one counts as a false positive.
+
+NIL detection is scored too: an entity should be left NIL (`cui` None) when it overlaps no gold
+mention, or has the boundaries of one that is unlinkable or whose ids the KB lacks, and should be
+linked when it has the boundaries of a mention the KB can link; entities that only overlap a gold
+mention are left out. NIL precision is the share of entities left NIL that should be, NIL recall
+the share of those that should be NIL that were.
+"""
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from ..data import datasets as ds
+
+LABELS = {"bc5cdr-disease": "Disease", "bc5cdr-chemical": "Chemical"}
+
+
+def gold_documents(split: str, data_dir: Path) -> Tuple[Dict[str, str], Dict[str, List[Tuple[int, int, str, List[str]]]]]:
+    """BC5CDR documents (id → text) and their gold mentions (start, end, label, ids), both labels;
+    ids are [] for a mention the corpus marks unlinkable."""
+    texts: Dict[str, str] = {}
+    gold: Dict[str, List[Tuple[int, int, str, List[str]]]] = {}
+    for dataset, label in LABELS.items():
+        for document in ds.load_pubtator_split(dataset, split, data_dir, keep_unlinkable=True).documents:
+            texts[document.doc_id] = document.text
+            gold.setdefault(document.doc_id, []).extend((m.start, m.end, label, m.ids) for m in document.mentions)
+    return texts, gold
+
+
+def _prf(tp: int, fp: int, fn: int) -> Dict[str, float]:
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "tp": tp, "fp": fp, "fn": fn}
+
+
+def evaluate_end_to_end(nlp, split: str, data_dir: Path, batch_size: int = 64) -> dict:
+    """Run `nlp` (ending in sapbert_linker) over BC5CDR `split` and score spans and links."""
+    texts, gold = gold_documents(split, data_dir)
+    kb = nlp.get_pipe("sapbert_linker").kb
+    counts: Counter = Counter()
+    ids = list(texts)
+    for doc_id, doc in zip(ids, nlp.pipe((texts[i] for i in ids), batch_size=batch_size)):
+        golds = {(start, end, label.lower()): {kb.resolve_id(g) or g for g in gold_ids}
+                 for start, end, label, gold_ids in gold.get(doc_id, []) if gold_ids}
+        counts.update(_nil_counts(doc, gold.get(doc_id, []), kb))
+        found_spans = set()
+        for ent in doc.ents:
+            key = (ent.start_char, ent.end_char, ent.label_.lower())
+            label = ent.label_.lower()
+            found_spans.add(key)
+            counts[("span", label, "tp" if key in golds else "fp")] += 1
+            hit = key in golds and ent._.cui in golds[key]
+            if ent._.cui is not None:  # a NIL entity predicts no link
+                counts[("link", label, "tp" if hit else "fp")] += 1
+            if key in golds and not hit:
+                counts[("link", label, "fn")] += 1
+        for key in golds:
+            if key not in found_spans:
+                counts[("span", key[2], "fn")] += 1
+                counts[("link", key[2], "fn")] += 1
+    labels = sorted({label for _, label, _ in counts})
+    result: dict = {"dataset": "bc5cdr", "split": split, "documents": len(ids),
+                    "gold_mentions": sum(len(v) for v in gold.values())}
+    for kind in ("span", "link", "nil"):
+        result[kind] = {label: _prf(*(counts[(kind, label, c)] for c in ("tp", "fp", "fn"))) for label in labels}
+        result[kind]["all"] = _prf(*(sum(counts[(kind, label, c)] for label in labels) for c in ("tp", "fp", "fn")))
+    return result
+
+
+def _nil_counts(doc, gold: List[Tuple[int, int, str, List[str]]], kb) -> Counter:
+    """NIL detection over one document's entities (see the module's docstring): tp an entity
+    rightly left NIL, fp one left NIL that the KB could link, fn one linked that should be NIL."""
+    counts: Counter = Counter()
+    linkable = {(start, end): any(kb.resolve_id(g) for g in ids) for start, end, _, ids in gold}
+    for ent in doc.ents:
+        span = (ent.start_char, ent.end_char)
+        if span in linkable:
+            should_nil = not linkable[span]
+        elif any(start < ent.end_char and ent.start_char < end for start, end, _, _ in gold):
+            continue  # overlaps a gold mention with other boundaries: neither
+        else:
+            should_nil = True
+        left_nil = ent._.cui is None
+        if left_nil or should_nil:
+            counts[("nil", ent.label_.lower(), "tp" if left_nil and should_nil else "fp" if left_nil else "fn")] += 1
+    return counts

@@ -1,0 +1,272 @@
+"""Benchmark evaluation in the papers' protocols: `spacy-sapbert evaluate …`."""
+import json
+import logging
+import time
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+import typer
+from wasabi import msg
+
+from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+
+from ..data import datasets as ds
+from ..data.datasets import DEFAULT_DATA_DIR
+from ..data.protocol import Task, prepare
+from .scoring import MAX_K, accuracy_at_k
+from .systems import CharTfidf, EncoderSystem, ExactMatch, LinkingSystem, ScispacyLinker
+
+logger = logging.getLogger(__name__)
+
+RELATEDNESS_DATASETS = ("mayosrs", "umnsrs")
+# The vector space's own quality, on the bundled KB (spacy_sapbert.training.evaluation.conceptual).
+CONCEPTUAL_DATASETS = ("mcsm", "synonym-pairs")
+
+
+def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None,
+                precision: str = "fp32", index_type: str = "flat", sparse_weight: Optional[float] = None,
+                names_precision: str = "fp32", marginal_tau: Optional[float] = None,
+                calibration: Optional[Path] = None) -> LinkingSystem:
+    """The linking system `system` over `dictionary`; for "model", `calibration` is the index
+    whose names calibrate an int8 export made for it (None: the bundled index's, as the pipe
+    calibrates with its default index, so the dev figures are what the shipped pipe gets)."""
+    if system == "exact":
+        return ExactMatch(dictionary)
+    if system == "tfidf":
+        return CharTfidf(dictionary)
+    if system == "scispacy":
+        return ScispacyLinker(dictionary)
+    if system == "model":
+        return EncoderSystem(dictionary, model or "default", precision=precision, index_type=index_type,
+                             sparse_weight=sparse_weight, names_precision=names_precision, marginal_tau=marginal_tau,
+                             calibration=calibration)
+    raise ValueError(f"Unknown system {system!r}; use one of exact, tfidf, scispacy, model.")
+
+
+def evaluate_linking(task: Task, system: LinkingSystem) -> dict:
+    """Rank every query part and score the rankings."""
+    context = getattr(system, "context", None)
+    asked = part_windows(task, context["window"]) if context else [q.parts for q in task.queries]
+    texts = sorted({part for parts in asked for part in parts})
+    start = time.perf_counter()
+    ranked = dict(zip(texts, system.rank(texts, k=MAX_K)))
+    seconds = time.perf_counter() - start
+    resolve = task.dictionary.resolve_id
+    golds = [{resolve(g) or g for g in q.gold} for q in task.queries]
+    rankings = [[ranked[p] for p in parts] for parts in asked]
+    accuracy = accuracy_at_k(rankings, golds)
+    reachable = sum(1 for gold in golds if any(g in task.dictionary.cui_to_entity for g in gold))
+    return {
+        "n": len(task.queries), "n_parts": sum(len(q.parts) for q in task.queries),
+        "n_unlinkable_excluded": task.n_unlinkable, "n_gold_reachable": reachable,
+        "acc@1": accuracy[0], "acc@5": accuracy[4], "acc@k": accuracy,
+        "dictionary_concepts": len(task.dictionary), "dictionary_names": task.dictionary.n_names,
+        "mentions_per_s": len(texts) / seconds if seconds else None,
+        "build_seconds": system.build_seconds,
+    }
+
+
+def part_windows(task: Task, window: int) -> List[List[str]]:
+    """Each query's parts as a model trained on contexts is asked them, as the pipe asks: in
+    the window of the mention's sentence (encoders.base.in_window over spacy_sapbert.training.data.contexts' tokens and
+    sentences), the part in place of the mention; a mention without its document (CADEC's) in
+    an empty window."""
+    from spacy_sapbert.encoders.base import MENTION_END, MENTION_START, context_nlp, in_window
+
+    nlp = context_nlp()
+    wanted = sorted({q.mention.doc_id for q in task.queries if q.mention.doc_id in task.documents})
+    docs = dict(zip(wanted, nlp.pipe(task.documents[d] for d in wanted)))
+    asked = []
+    for query in task.queries:
+        doc = docs.get(query.mention.doc_id)
+        span = doc.char_span(query.mention.start, query.mention.end, alignment_mode="expand") if doc else None
+        asked.append([in_window(doc, span.start, span.end, window, part) if span is not None
+                      else f"{MENTION_START} {part} {MENTION_END}" for part in query.parts])
+    return asked
+
+
+def _vector_space(model: Optional[str]) -> EncoderSystem:
+    """The model system without a dictionary of its own, for measures of its vectors alone."""
+    return EncoderSystem(KnowledgeBase([Concept("x", "x")]), model or "default")
+
+
+def evaluate_relatedness(dataset: str, data_dir: Path, system: str, model: Optional[str]) -> dict:
+    """Spearman correlation between the system's cosine similarities and the ratings."""
+    from scipy.stats import spearmanr
+
+    path, reader = ds.RELATEDNESS_FILES[dataset]
+    pairs = reader(data_dir / path)
+    first, second = [p.term1 for p in pairs], [p.term2 for p in pairs]
+    if system == "model":
+        encoder = _vector_space(model)
+        similarity = encoder.similarity(first, second)
+    elif system == "tfidf":
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3)).fit(first + second)
+        similarity = vectorizer.transform(first).multiply(vectorizer.transform(second)).sum(1).A1
+    else:
+        raise ValueError(f"Relatedness needs a similarity; system {system!r} has none (use model or tfidf).")
+    return {"n": len(pairs), "spearman": float(spearmanr(similarity, [p.score for p in pairs]).correlation)}
+
+
+def evaluate_conceptual(dataset: str, system: str, model: Optional[str]) -> dict:
+    """MCSM per type group (k = 40, at most 11.09), or the synonym-pair F1 (θ chosen on the dev
+    half of the KB's concepts, F1 on the held-apart half), for the model's vector space."""
+    from spacy_sapbert.assets import default_kb
+
+    from . import conceptual
+
+    if system != "model":
+        raise ValueError(f"{dataset} measures a model's vector space; use --system model, not {system!r}.")
+    kb, _ = default_kb()
+    encoder = _vector_space(model)
+    if dataset == "mcsm":
+        concepts = list(kb)
+        vectors = encoder.query_encoder.encode([c.canonical_name for c in concepts], show_progress=True)
+        scores = conceptual.mcsm(vectors, conceptual.concept_groups(concepts))
+        return {"n": len(concepts), "k": conceptual.MCSM_K, "max": conceptual.mcsm_max(),
+                **{f"mcsm_{group}": score for group, score in scores.items()}}
+    halves = conceptual.synonym_pairs(kb)
+    found = {}
+    for half, pairs in halves.items():
+        similarity = encoder.similarity([a for a, _, _ in pairs], [b for _, b, _ in pairs])
+        found[half] = (similarity, np.array([same for _, _, same in pairs]))
+    threshold, dev_f1 = conceptual.best_threshold(*found[0])
+    return {"n": len(halves[1]), "threshold": threshold, "dev_f1": dev_f1,
+            "pair_f1": conceptual.pair_f1(found[1][0], found[1][1], threshold)}
+
+
+def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
+        model: Optional[str] = None, fold: int = 0, precision: str = "fp32", index_type: str = "flat",
+        training_precedence: bool = True, sparse_weight: Optional[float] = None,
+        names_precision: str = "fp32", marginal_tau: Optional[float] = None) -> dict:
+    """One evaluation; the metrics as a dict."""
+    header = {"dataset": dataset, "split": split if dataset != "cadec" else f"fold{fold}-test",
+              "system": system, "protocol": protocol, "model": model if system == "model" else None}
+    if system == "model" and (precision, index_type) != ("fp32", "flat"):
+        header.update(precision=precision, index_type=index_type)
+    if system == "model" and names_precision != "fp32":
+        header["names_precision"] = names_precision
+    if dataset in RELATEDNESS_DATASETS:
+        return {**header, "protocol": "cosine", **evaluate_relatedness(dataset, data_dir, system, model)}
+    if dataset in CONCEPTUAL_DATASETS:
+        return {**header, "split": "kb", "protocol": "cosine", **evaluate_conceptual(dataset, system, model)}
+    if not training_precedence:
+        header["training_precedence"] = False
+    header.update(_scoring(sparse_weight, marginal_tau))
+    task = prepare(dataset, split, protocol, data_dir, fold, training_precedence)
+    system_ = make_system(system, task.dictionary, model, precision, index_type, sparse_weight, names_precision,
+                          marginal_tau)
+    return {**header, **evaluate_linking(task, system_)}
+
+
+def _scoring(sparse_weight: Optional[float], marginal_tau: Optional[float]) -> dict:
+    """The pipe's scoring keys a run sets (None: the model's own), as its config takes them."""
+    return {key: value for key, value in (("sparse_weight", sparse_weight), ("marginal_tau", marginal_tau))
+            if value is not None}
+
+
+class Dataset(str, Enum):
+    ncbi = "ncbi-disease"
+    bc5cdr_disease = "bc5cdr-disease"
+    bc5cdr_chemical = "bc5cdr-chemical"
+    cadec = "cadec"
+    mayosrs = "mayosrs"
+    umnsrs = "umnsrs"
+    mcsm = "mcsm"
+    synonym_pairs = "synonym-pairs"
+
+
+class Split(str, Enum):
+    dev = "dev"
+    test = "test"
+
+
+class System(str, Enum):
+    exact = "exact"
+    tfidf = "tfidf"
+    scispacy = "scispacy"
+    model = "model"
+
+
+class Protocol(str, Enum):
+    standard = "standard"
+    lenient = "lenient"
+
+
+def evaluate_command(
+    dataset: Dataset = typer.Option(..., "--dataset", help="Benchmark to evaluate on."),
+    split: Split = typer.Option(Split.dev, "--split", help="dev, or test when you have the test files."),
+    data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="Folder laid out as ../shared/data."),
+    system: System = typer.Option(System.model, "--system", help="Which linker to evaluate."),
+    model: str = typer.Option("default", "--model", help="Model directory or name (system model)."),
+    protocol: Protocol = typer.Option(Protocol.standard, "--protocol", help="standard (papers) or lenient (raw mentions)."),
+    fold: int = typer.Option(0, "--fold", help="CADEC fold."),
+    precision: str = typer.Option("fp32", "--precision", help="Mention encoding (system model): fp32, or int8 (ONNX)."),
+    index_type: str = typer.Option("flat", "--index-type", help="FAISS index over the dictionary (system model)."),
+    names_precision: str = typer.Option(
+        "fp32", "--names-precision", help="Name encoding (system model): fp32 (exact), or int8, as build-index "
+        "--precision int8 embeds a KB: 5x faster for big dictionaries (BC5CDR-chemical's 542k names)."),
+    training_precedence: bool = typer.Option(
+        True, "--training-precedence/--no-training-precedence",
+        help="Leave a name the training mentions give a concept to it (ties then follow the corpus, not row order).",
+    ),
+    sparse_weight: Optional[float] = typer.Option(
+        None, "--sparse-weight", help="Hybrid score: dense + this × char 3-gram tf-idf (system model); "
+        "default: the weight the model was trained with, else 0 (dense only).",
+    ),
+    marginal_tau: Optional[float] = typer.Option(
+        None, "--marginal-tau", help="Rank concepts by their synonym-marginal score at this tau (system model); "
+        "default: the tau the model was trained with, else 0 (each concept by its best name).",
+    ),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the metrics JSON here."),
+    end_to_end: bool = typer.Option(
+        False, "--end-to-end", help="Run the bundled NER, abbreviations and sapbert_linker (--model, --precision, "
+        "--sparse-weight, --marginal-tau) over whole BC5CDR documents (either bc5cdr dataset) and score spans and links per label.",
+    ),
+):
+    """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
+    if end_to_end:
+        _end_to_end_command(dataset.value, split.value, data_dir, model, precision,
+                            _scoring(sparse_weight, marginal_tau), output)
+        return
+    try:
+        metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold,
+                      precision, index_type, training_precedence, sparse_weight, names_precision, marginal_tau)
+    except (ValueError, FileNotFoundError) as err:
+        msg.fail(str(err))
+        raise typer.Exit(1)
+    shown = [(key, f"{value:.4f}" if isinstance(value, float) else value)
+             for key, value in metrics.items() if key != "acc@k"]
+    msg.table(shown, divider=True)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(metrics, indent=2) + "\n")
+        msg.good(f"Wrote {output}")
+
+
+def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, precision: str,
+                        config: dict, output: Optional[Path]) -> None:
+    from spacy_sapbert.pipe.bundled import demo_pipeline
+
+    from .end_to_end import LABELS, evaluate_end_to_end
+
+    if dataset not in LABELS:
+        msg.fail(f"--end-to-end scores BC5CDR documents; use --dataset bc5cdr-disease or bc5cdr-chemical, not {dataset}.")
+        raise typer.Exit(1)
+    try:
+        metrics = {"model": model, "precision": precision, **evaluate_end_to_end(
+            demo_pipeline(model=model, linker_config=config, encoder_config={"precision": precision}), split, data_dir)}
+    except (ValueError, FileNotFoundError) as err:
+        msg.fail(str(err))
+        raise typer.Exit(1)
+    rows = [(f"{kind} {label}", f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}")
+            for kind in ("span", "link", "nil") for label, m in metrics[kind].items()]
+    msg.table(rows, header=("", "P", "R", "F1"), divider=True)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(metrics, indent=2) + "\n")
+        msg.good(f"Wrote {output}")
