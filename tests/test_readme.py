@@ -2,8 +2,10 @@
 builds the default model's int8 export and the bundled index's graph first (about 35 s on 2 cores).
 The README stays a page for users, and no tracked file describes the machines the project was
 built on."""
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,17 @@ def test_the_readme_snippet_runs_verbatim(capsys):
     for start in ("non-insulin-dependent diabetes mellitus D003924", "NIDDM D003924", "metformin D008687",
                   "lactic acidosis D000140"):
         assert any(line.startswith(start) for line in printed), (start, printed)
+
+
+def test_the_readme_quick_start_runs_verbatim():
+    """The Quick start's command line, as written, with this environment's spacy-sapbert."""
+    block = re.search(r"## Quick start\n\n```bash\n(.*?)```", README.read_text(encoding="utf-8"), re.S).group(1)
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    for line in filter(None, (line.split("  #")[0].strip() for line in block.splitlines())):
+        result = subprocess.run(line, shell=True, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        assert result.returncode == 0, (line, result.stderr[-2000:])
+        assert "D003924" in result.stdout and "D008687" in result.stdout, result.stdout
 
 
 def test_the_readme_is_a_page_for_users():
