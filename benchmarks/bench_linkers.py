@@ -2,7 +2,7 @@
 
 Same mentions (NCBI-disease dev from ../shared, entities set from the gold spans), each system
 in its own process so peak RSS is its own. One row per lever of our pipe (VARIANTS: precision,
-index type, encoder batch, threads, cache, exact match, the hybrid score, the synonym-marginal ranking, exact names first, the 3-layer student; the last row is
+index type, encoder batch, threads, cache, exact match, the hybrid score, the synonym-marginal ranking, exact names first; the last row is
 the shipped default), then scispaCy. Prints mentions/s, load time, peak RSS, index build time
 and Acc@1 of the raw mentions (no abbreviation or composite handling) for each, with the
 ratios ours / scispaCy.
@@ -73,7 +73,6 @@ VARIANTS = {
     "int8 hnsw-sq8 dense only (sparse_weight 0)": {"scoring": {"sparse_weight": 0.0}},
     "int8 hnsw-sq8 best-name ranking (marginal_tau 0)": {"scoring": {"marginal_tau": 0.0}},
     "int8 hnsw-sq8 model order over exact names (exact_first false)": {"scoring": {"exact_first": False}},
-    "fast: 3-layer student int8": {"encoder": {"model": "fast"}},
     "int8 hnsw-sq8 (default)": {},
 }
 

@@ -43,6 +43,9 @@ DEFAULT = "default"
 
 FAST = "fast"
 
+# Where the default model's int8 ONNX export is bundled (precision "int8", the pipe's default).
+DEFAULT_INT8 = "model-int8"
+
 # The untrained all-MiniLM-L6-v2: the model whose vector space the bundled index holds.
 BASE = "base"
 
@@ -115,6 +118,15 @@ def base_model_path() -> Path:
     return cached
 
 
+def default_int8_path() -> Optional[Path]:
+    """The default model's int8 ONNX export as the package ships it (`assets/model-int8`: linking
+    needs no torch and exports nothing on first use), or None where it is not bundled."""
+    from .encoders.settings import read_settings
+
+    bundled = ASSETS / DEFAULT_INT8
+    return bundled if "onnx" in read_settings(bundled) else None
+
+
 def default_model_path() -> Path:
     """The bundled trained model if the package ships one, else the MiniLM base."""
     bundled = ASSETS / "model"
@@ -131,8 +143,8 @@ def fast_model_path() -> Path:
     bundled = ASSETS / FAST
     if "onnx" not in read_settings(bundled):
         raise ResourceError(
-            f"No fast model is bundled in {bundled}; build it with `spacy project run fast-cpu`, or "
-            "use model 'default'."
+            "The 3-layer `fast` student is not bundled since 0.2.0; build it with `spacy project run "
+            "fast-cpu` and give its folder as the encoder's model, or use model 'default'."
         )
     return bundled
 
@@ -178,11 +190,13 @@ def default_kb():
     return kb, meta.get("label_types") or MESH_LABEL_TYPES
 
 
-def resolve_model(model: str) -> str:
-    """`model` as given, the default model's directory for "default", the untrained base's for
-    "base", or the bundled 3-layer student's for "fast"."""
+def resolve_model(model: str, precision: str = "fp32") -> str:
+    """`model` as given, the default model's directory for "default" (its bundled int8 export
+    for precision "int8"), the untrained base's for "base", or a bundled 3-layer student's for
+    "fast"."""
     if model == DEFAULT:
-        return str(default_model_path())
+        int8 = default_int8_path() if precision == "int8" else None
+        return str(int8 or default_model_path())
     if model == BASE:
         return str(base_model_path())
     if model == FAST:

@@ -58,8 +58,10 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progre
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     if not verbose:
-        from transformers.utils import logging as hf_logging
-
+        try:  # only where the gpu or train extra brought transformers
+            from transformers.utils import logging as hf_logging
+        except ModuleNotFoundError:
+            return
         hf_logging.disable_progress_bar()
 
 
@@ -291,7 +293,7 @@ def export_onnx_command(
 
     try:
         path = export_onnx(resolve_model(model), output, pooling=pooling, max_length=max_length,
-                           precision=precision.value, calibration=calibration)
+                           precision=precision.value, calibration=calibration, source_name=model)
     except _user_errors() as err:
         _fail(err)
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())

@@ -60,3 +60,19 @@ def test_errors(tiny_model, tmp_path):
         TorchEncoder(tiny_model, device="tpu")
     with pytest.raises(EncoderError, match=r"max_length must be at least 2"):
         TorchEncoder(tiny_model, max_length=1)
+
+
+def test_fp32_without_torch_names_the_extra(monkeypatch, tiny_model):
+    """A runtime installed without the gpu extra: fp32 fails with one sentence naming it."""
+    import sys
+
+    from spacy_sapbert.encoders.base import EncoderError
+    from spacy_sapbert.encoders.loading import load_encoder
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    import spacy_sapbert.encoders
+
+    monkeypatch.delitem(sys.modules, "spacy_sapbert.encoders.transformer", raising=False)
+    monkeypatch.delattr(spacy_sapbert.encoders, "transformer", raising=False)
+    with pytest.raises(EncoderError, match=r"^precision 'fp32' needs torch and transformers.*spacy-sapbert\[gpu\]"):
+        load_encoder(tiny_model, "fp32")

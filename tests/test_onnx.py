@@ -121,15 +121,26 @@ def test_saved_int8_pipeline_loads_as_int8(onnx_dirs, tiny_model, tiny_index_dir
     assert isinstance(loaded.encoder, OnnxEncoder)
 
 
-def test_the_bundled_fast_model_loads_without_torch_and_names_its_teacher():
-    from spacy_sapbert.assets import bundled_index_meta, resolve_model
+def test_the_bundled_int8_default_loads_as_shipped_and_names_its_teacher():
+    from spacy_sapbert.assets import ASSETS, DEFAULT_INT8, bundled_index_meta, resolve_model
 
-    fast = load_encoder(resolve_model("fast"), "int8")
-    # Trained against the base's frozen keys, like the default: the bundled index serves it.
-    assert isinstance(fast, OnnxEncoder) and fast.meta["exact_model"] == "base"
-    assert fast.fingerprint == bundled_index_meta()["model_fingerprint"]
-    vectors = fast.encode(["lactic acidosis", "lactate acidosis", "cisplatin"])
+    assert resolve_model("default", "int8") == str(ASSETS / DEFAULT_INT8)
+    default = load_encoder(resolve_model("default", "int8"), "int8")
+    # Trained against the base's frozen keys: the bundled index, embedded by the base, serves it.
+    assert isinstance(default, OnnxEncoder) and default.meta["exact_model"] == "base"
+    assert default.meta["source_model"] == "default"  # no path of the machine that exported it
+    assert default.fingerprint == bundled_index_meta()["model_fingerprint"]
+    vectors = default.encode(["lactic acidosis", "lactate acidosis", "cisplatin"])
     assert vectors.shape == (3, 384) and vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+@pytest.mark.slow
+def test_the_bundled_int8_default_is_the_export_of_the_bundled_model(tmp_path):
+    from spacy_sapbert.assets import ASSETS, DEFAULT_INT8, default_model_path
+
+    export_onnx(default_model_path(), tmp_path / "again", source_name="default")
+    for name in ("model.onnx", "tokenizer.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (ASSETS / DEFAULT_INT8 / name).read_bytes(), name
 
 
 BATCH_TEXTS = [n for c in TINY_CONCEPTS for n in [c["canonical_name"], *c["aliases"]]] + TEXTS + [

@@ -55,13 +55,15 @@ def test_a_legacy_directory_reads_as_the_same_sections(tmp_path):
     assert detect_pooling(tmp_path / "nowhere") == "cls" and recorded_sparse_weight(tmp_path) == 0.0
 
 
-def test_the_bundled_models_read_through_their_legacy_files():
+def test_the_bundled_model_reads_through_its_legacy_files_and_its_export_through_sapbert_json():
     from spacy_sapbert.assets import ASSETS
 
-    model, fast = read_settings(ASSETS / "model"), read_settings(ASSETS / "fast")
+    model, int8 = read_settings(ASSETS / "model"), read_settings(ASSETS / "model-int8")
     assert model["pooling"] == "mean" and model["teacher"]["teacher"] == "base" and "training" in model
-    assert fast["onnx"]["exact_model"] == "base" and fast["marginal"] == {"tau": 0.05}
-    assert not (ASSETS / "model" / SETTINGS_FILE).exists() and not (ASSETS / "fast" / SETTINGS_FILE).exists()
+    assert not (ASSETS / "model" / SETTINGS_FILE).exists()  # read through its legacy files
+    # the int8 export, written since sapbert.json, carries the model's scoring with it
+    assert int8["onnx"]["exact_model"] == "base" and int8["marginal"] == {"tau": 0.05}
+    assert int8["sparse"] == model["sparse"]
 
 
 def test_sapbert_json_wins_a_section_both_record(tmp_path):

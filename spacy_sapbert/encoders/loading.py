@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..assets import resolve_model
+from .backends import torch_encoder_module
 from .base import MAX_LENGTH, PRECISIONS, EncoderError
 
 
@@ -39,8 +40,7 @@ def load_encoder(
             # The export is cached by the model's content, so it may record another copy's path.
             encoder.exported_from = str(model)
         return encoder
-    from .transformer import TorchEncoder
-
+    TorchEncoder = torch_encoder_module("precision 'fp32'").TorchEncoder
     return TorchEncoder(model, pooling=pooling, max_length=max_length, device=device, batch_size=batch_size)
 
 
@@ -49,7 +49,8 @@ def exact_encoder(encoder):
     export came from, or a student's teacher (a query encoder trained against frozen keys is the
     student of the keys' model), followed to the model that has no teacher. Names are embedded
     by it, exactly."""
-    from .transformer import ADAPTER_FILE, TorchEncoder
+    transformer = torch_encoder_module("embedding names exactly (building an index)")
+    ADAPTER_FILE, TorchEncoder = transformer.ADAPTER_FILE, transformer.TorchEncoder
 
     meta = getattr(encoder, "meta", None)
     if meta is None:

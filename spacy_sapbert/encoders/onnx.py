@@ -25,6 +25,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from ..cache import cache_dir, cached_build
 from ..cache import damaged_record, file_records, file_sha256
+from .backends import torch_encoder_module
 from .base import (
     MAX_LENGTH,
     MODEL_RECORDS,
@@ -238,16 +239,18 @@ def export_onnx(
     max_length: int = MAX_LENGTH,
     precision: str = "int8",
     calibration: Optional[Union[str, Path]] = None,
+    source_name: Optional[str] = None,
 ) -> Path:
     """Export a Hugging Face encoder directory to ONNX (int8 or fp32) in `output`; return it.
 
     calibration: the index directory (or KB file) whose names set the int8 activation scales,
         the names the model will search (calibration_texts); None: the bundled index's KB.
+    source_name: how the export names the model it came from ("default"); its path if None.
     Needs torch, transformers and onnx (the runtime that uses the result needs none of them).
     """
     if precision not in PRECISIONS:
         raise EncoderError(f"Unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}.")
-    from .transformer import TorchEncoder
+    TorchEncoder = torch_encoder_module("exporting a model to ONNX").TorchEncoder
 
     encoder = TorchEncoder(model, pooling=pooling, max_length=max_length, device="cpu")
     inputs = [n for n in ("input_ids", "attention_mask", "token_type_ids")
@@ -276,7 +279,7 @@ def export_onnx(
         "format_version": ONNX_FORMAT_VERSION, "file": ONNX_FILE, "precision": precision,
         "pooling": encoder.pooling, "max_length": encoder.max_length, "dim": encoder.dim, "inputs": inputs,
         "pad_id": encoder.tokenizer.pad_token_id, "pad_token": encoder.tokenizer.pad_token,
-        "source_model": encoder.name_or_path, "source_fingerprint": encoder.fingerprint,
+        "source_model": source_name or encoder.name_or_path, "source_fingerprint": encoder.fingerprint,
         # the fp32 model that embeds names into this space: the model itself, or a student's teacher
         "exact_model": encoder.teacher or encoder.name_or_path,
         **quantisation,

@@ -31,7 +31,7 @@ for _name in ("encoders", "indexes", "scoring"):
 class EncoderLoader:
     """How mentions are encoded.
 
-    model: "default" (the bundled trained model), "fast" (its bundled 3-layer student, int8),
+    model: "default" (the bundled trained model; its bundled int8 export at precision "int8"),
         "base" (the untrained all-MiniLM-L6-v2), a local model directory (or an `export-onnx`
         one) or a Hugging Face name.
     precision: "int8" (ONNX Runtime, int8 weights, fixed activation scales; CPU, no torch at link
@@ -67,7 +67,7 @@ class EncoderLoader:
     def model_path(self) -> str:
         from ..assets import resolve_model
 
-        return resolve_model(str(self.model))
+        return resolve_model(str(self.model), self.precision)
 
     def load(self, model: Optional[Path] = None, calibration: Optional[Path] = None):
         """The encoder (`model`, a saved pipeline's copy, in place of the configured one);

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the wheel and installs it alone (the runtime, no extras) into a fresh venv, as a user
+# would, against the pins of requirements.txt; then runs the README's Python snippet there. It
+# must link the sample right with neither torch nor transformers imported. The venv's size is
+# printed and held under 1,000 MB, which catches torch (700 MB and more) coming back; the aim is
+# under 800 MB (scispaCy's nmslib and scikit-learn take 110 MB of today's 879: docs/benchmarks.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+python=${PYTHON:-python3.11}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+.venv/bin/pip wheel --quiet --no-deps --no-build-isolation -w "$work/dist" . >/dev/null
+wheel=$(ls "$work"/dist/*.whl)
+.venv/bin/python - "$wheel" <<'PY'
+import sys, zipfile
+tops = {name.split("/")[0] for name in zipfile.ZipFile(sys.argv[1]).namelist() if ".dist-info/" not in name}
+assert tops == {"spacy_sapbert"}, f"the wheel installs top-level packages {sorted(tops)}"
+PY
+
+"$python" -m venv "$work/venv"
+"$work/venv/bin/pip" install --quiet -c requirements.txt "$wheel"
+size=$(du -sm "$work/venv" | cut -f1)
+echo "runtime venv: $size MB"
+[ "$size" -lt 1000 ] || { echo "the runtime venv takes $size MB, over 1,000 MB"; exit 1; }
+"$work/venv/bin/python" -c "import torch" 2>/dev/null && { echo "torch came with the runtime"; exit 1; }
+
+# Outside the checkout, so that the installed package is the one imported.
+cd "$work"
+"$work/venv/bin/python" - "$root/README.md" <<'PY'
+import contextlib, io, re, sys
+readme = open(sys.argv[1], encoding="utf-8").read()
+snippet = re.search(r"## Use\n\n```python\n(.*?)```", readme, re.S).group(1)
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    exec(compile(snippet, "README.md", "exec"), {})
+printed = out.getvalue().splitlines()
+import spacy_sapbert
+assert "site-packages" in spacy_sapbert.__file__, spacy_sapbert.__file__
+for start in ("NIDDM D003924", "metformin D008687", "lactic acidosis D000140"):
+    assert any(line.startswith(start) for line in printed), (start, printed)
+loaded = [name for name in ("torch", "transformers") if name in sys.modules]
+assert not loaded, f"linking imported {loaded}"
+print("the README snippet linked the sample from the installed wheel without torch or transformers")
+PY
+# The Quick start's command line, and one sentence naming the extra for what needs torch.
+linked=$("$work/venv/bin/spacy-sapbert" link "Patients with non-insulin-dependent diabetes mellitus (NIDDM) took metformin.")
+[[ "$linked" == *D003924* ]] || { echo "spacy-sapbert link did not link the sample: $linked"; exit 1; }
+"$work/venv/bin/python" -c "
+import spacy
+nlp = spacy.blank('en')
+nlp.add_pipe('sapbert_linker', config={'encoder': {'precision': 'fp32'}})
+try:
+    nlp('x')
+except ValueError as err:
+    assert 'spacy-sapbert[gpu]' in str(err), err
+else:
+    raise AssertionError('fp32 linked without torch')
+"
+echo "spacy-sapbert link works there, and fp32 names the gpu extra"
