@@ -13,7 +13,7 @@ SAMPLE := Patients with non-insulin-dependent diabetes mellitus (NIDDM) develope
 $(RUNTIME): requirements.txt setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -r requirements.txt
-	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
 # Training, evaluation and the tests on top (requirements-dev.txt).

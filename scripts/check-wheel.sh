@@ -11,7 +11,7 @@ python=${PYTHON:-python3.11}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-.venv/bin/pip wheel --quiet --no-deps --no-build-isolation -w "$work/dist" . >/dev/null
+.venv/bin/pip wheel --quiet --no-deps -w "$work/dist" . >/dev/null
 wheel=$(ls "$work"/dist/*.whl)
 .venv/bin/python - "$wheel" <<'PY'
 import sys, zipfile

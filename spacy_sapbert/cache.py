@@ -19,8 +19,16 @@ class ResourceError(RuntimeError):
 
 def cache_dir() -> Path:
     """The cache folder: $SPACY_SAPBERT_CACHE, else ~/.cache/spacy-sapbert."""
-    path = Path(os.environ.get("SPACY_SAPBERT_CACHE", Path.home() / ".cache" / "spacy-sapbert"))
-    path.mkdir(parents=True, exist_ok=True)
+    given = os.environ.get("SPACY_SAPBERT_CACHE")
+    path = Path(given or Path.home() / ".cache" / "spacy-sapbert")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(f"{path} is not writable")
+    except OSError as err:
+        where = "SPACY_SAPBERT_CACHE" if given else "the default cache folder"
+        raise ResourceError(f"{where} ({path}) cannot be used as a cache folder ({err.strerror or err}); point "
+                            "SPACY_SAPBERT_CACHE at a writable folder with space.") from None
     return path
 
 

@@ -102,6 +102,7 @@ def build_index(
     precision: Precision = typer.Option(Precision.fp32, "--precision", help="fp32 (torch, exact), or int8 (ONNX Runtime: 6.6x the names/s on 2 CPU cores, for KBs of millions of names)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Where name vectors stream to disk while building (default: OUTPUT.partial); a rerun resumes there."),
     chunk_size: int = typer.Option(65_536, "--chunk-size", help="Names encoded between two resume points."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace what --output already holds."),
 ):
     """Embed every name of a knowledge base and write a FAISS concept index.
 
@@ -118,6 +119,9 @@ def build_index(
     elif format == KBFormat.umls:
         kwargs = {"mrsty": mrsty, "sources": sources.split(",") if sources else None}
     mapping = _label_types_option(label_types, format)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())) and not overwrite:
+        _fail(ValueError(f"{output} already exists and is not empty; give another --output, or --overwrite to "
+                         "replace it."))
     try:
         knowledge_base = load_kb(kb, format.value, **kwargs)
         msg.info(f"{kb}: {len(knowledge_base)} concepts, {knowledge_base.n_names} names")

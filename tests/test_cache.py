@@ -108,3 +108,13 @@ def test_a_damaged_onnx_export_is_exported_again_and_a_given_one_refused(cache, 
         again = exported_model(tiny_model, "int8")
     assert again == first and [r for r in caplog.records if "damaged" in r.message]
     assert (OnnxEncoder(again).encode(["lactic acidosis"]) == vectors).all()
+
+
+def test_a_cache_path_that_is_a_file_gets_one_sentence(monkeypatch, tmp_path):
+    from spacy_sapbert.cache import cache_dir
+
+    taken = tmp_path / "a-file"
+    taken.write_text("not a folder")
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(taken))
+    with pytest.raises(ResourceError, match=r"^SPACY_SAPBERT_CACHE \(.*a-file\) cannot be used as a cache folder"):
+        cache_dir()

@@ -173,3 +173,27 @@ def test_link_takes_a_saved_pipeline_that_already_links(cli_index, ner_dir, tiny
                                  "--index", str(cli_index), "--threshold", "0"])
     assert result.exit_code == 0, result.output
     assert "D008687" in result.output
+
+
+def test_build_index_refuses_a_non_empty_output_without_overwrite(tmp_path):
+    output = tmp_path / "index"
+    output.mkdir()
+    (output / "something").write_text("kept")
+    kb = tmp_path / "kb.jsonl"
+    kb.write_text('{"concept_id": "X:1", "canonical_name": "thing"}\n')
+    result = runner.invoke(app, ["build-index", "--kb", str(kb), "--output", str(output)])
+    assert result.exit_code != 0 and "already exists and is not empty" in result.output
+    assert (output / "something").read_text() == "kept"
+
+
+def test_link_labels_writes_only_those_entities(cli_index, ner_dir, tiny_model, tmp_path):
+    source = tmp_path / "docs.jsonl"
+    source.write_text(json.dumps({"text": "lactic acidosis after metformin"}) + "\n")
+    target = tmp_path / "linked.jsonl"
+    result = runner.invoke(app, [
+        "link", "--input", str(source), "--output", str(target), "--ner", str(ner_dir), "--labels", "disease",
+        "--model", str(tiny_model), "--index", str(cli_index), "--threshold", "0",
+    ])
+    assert result.exit_code == 0, result.output
+    entities = json.loads(target.read_text())["entities"]
+    assert [e["label"] for e in entities] == ["Disease"] and entities[0]["cui"] == "D000140"

@@ -554,3 +554,8 @@ def test_the_filled_config_holds_the_keys_of_today_only():
     assert not any(value is None and key in ("model", "sparse_weight", "follow_long_forms", "cui_attr")
                    for key, value in config.items())
     assert config["scoring"]["@scoring"] == "spacy-sapbert.Scoring.v1"
+
+
+def test_scispacys_linker_name_gets_a_sentence_naming_index():
+    with pytest.raises(ValueError, match=r"^linker_name \('umls'\) is scispaCy's key; .*`index` sub-config"):
+        spacy.blank("en").add_pipe("sapbert_linker", config={"linker_name": "umls"})

@@ -51,10 +51,14 @@ def parse_records(lines: Sequence[str], path, format: str = "auto", first_line: 
     return records
 
 
-def entity_rows(doc, kb) -> List[dict]:
-    """The linked entities of a doc as `link` writes them."""
+def entity_rows(doc, kb, labels: Sequence[str] = ()) -> List[dict]:
+    """The linked entities of a doc as `link` writes them: those with one of `labels` (any case),
+    or all when it is empty."""
+    wanted = {label.lower() for label in labels}
     rows = []
     for ent in doc.ents:
+        if wanted and ent.label_.lower() not in wanted:
+            continue
         concept = kb.cui_to_entity.get(ent._.cui) if ent._.cui else None
         rows.append({
             "text": ent.text, "start": ent.start_char, "end": ent.end_char, "label": ent.label_,
@@ -242,7 +246,7 @@ class ShardLinker:
     def link_records(self, records: List[dict]) -> Iterator[dict]:
         texts = (record["text"] for record in records)
         for record, doc in zip(records, self.nlp.pipe(texts, batch_size=self.settings.batch_size)):
-            yield {**record, "entities": entity_rows(doc, self.kb)}
+            yield {**record, "entities": entity_rows(doc, self.kb, self.settings.labels)}
 
     def run(self, shard: Shard) -> ShardResult:
         start = time.perf_counter()

@@ -81,7 +81,9 @@ FLAT_ENCODER_KEYS = {"model": "model", "precision": "precision", "pooling": "poo
                      "device": "device", "threads": "threads", "encoder_batch_size": "batch_size"}
 FLAT_SCORING_KEYS = ("sparse_weight", "marginal_tau", "exact_first", "exact_match")
 FLAT_ATTRIBUTE_KEYS = {"cui_attr": "cui", "score_attr": "score", "candidates_attr": "candidates"}
-LEGACY_KEYS = (*FLAT_ENCODER_KEYS, *FLAT_SCORING_KEYS, *FLAT_ATTRIBUTE_KEYS, "follow_long_forms")
+# scispaCy's linker key that has no counterpart here: read only to say what to write instead.
+SCISPACY_KEYS = ("linker_name",)
+LEGACY_KEYS = (*FLAT_ENCODER_KEYS, *FLAT_SCORING_KEYS, *FLAT_ATTRIBUTE_KEYS, "follow_long_forms", *SCISPACY_KEYS)
 
 
 def _config_fields():
@@ -192,6 +194,11 @@ def _legacy_keys(encoder: Optional[EncoderLoader], index, scoring: Optional[Scor
     """(encoder loader, index loader, scoring) with the keys of a config written before 0.2 (flat
     `model`, `precision`, …, `index` as a string, flat scoring and attribute names) moved where
     they belong now, with one deprecation warning; `settings` loses those keys."""
+    if settings.get("linker_name") is not None:
+        raise ValueError(f"linker_name ({settings['linker_name']!r}) is scispaCy's key; sapbert_linker searches the "
+                         "index its `index` sub-config names: \"default\" or a directory from `spacy-sapbert "
+                         "build-index` (README, Bring your own knowledge base).")
+    settings.pop("linker_name", None)
     flat = {FLAT_ENCODER_KEYS[key]: value for key in list(settings) if key in FLAT_ENCODER_KEYS
             for value in [settings.pop(key)] if value is not None}
     flat_scoring = {key: settings.pop(key) for key in FLAT_SCORING_KEYS if key in settings}

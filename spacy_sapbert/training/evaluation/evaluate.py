@@ -205,7 +205,7 @@ def evaluate_command(
     model: str = typer.Option("default", "--model", help="Model directory or name (system model)."),
     protocol: Protocol = typer.Option(Protocol.standard, "--protocol", help="standard (papers) or lenient (raw mentions)."),
     fold: int = typer.Option(0, "--fold", help="CADEC fold."),
-    precision: str = typer.Option("fp32", "--precision", help="Mention encoding (system model): fp32, or int8 (ONNX)."),
+    precision: str = typer.Option("int8", "--precision", help="Mention encoding (system model): int8 (ONNX, as the pipe and `link` encode), or fp32."),
     index_type: str = typer.Option("flat", "--index-type", help="FAISS index over the dictionary (system model)."),
     names_precision: str = typer.Option(
         "fp32", "--names-precision", help="Name encoding (system model): fp32 (exact), or int8, as build-index "
