@@ -43,6 +43,26 @@ def test_the_readme_quick_start_runs_verbatim():
         assert "D003924" in result.stdout and "D008687" in result.stdout, result.stdout
 
 
+def test_the_readme_knowledge_base_example_builds_and_links(tmp_path):
+    """Its JSONL line as my_kb.jsonl, its build-index command as written, then the pipe over that
+    index links the concept's alias."""
+    import spacy
+    from spacy.tokens import Span
+
+    section = README.read_text(encoding="utf-8").split("## Bring your own knowledge base", 1)[1]
+    line = re.search(r"```json\n(.*?)\n```", section, re.S).group(1)
+    command = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+    (tmp_path / "my_kb.jsonl").write_text(line + "\n", encoding="utf-8")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    result = subprocess.run(command, shell=True, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"index": {"index": str(tmp_path / "my_index")}})
+    doc = nlp.make_doc("cephalgia")
+    doc.ents = [Span(doc, 0, 1, "Disease")]
+    assert nlp(doc).ents[0]._.cui == "HP:0002315"
+
+
 def test_the_readme_is_a_page_for_users():
     n_lines = len(README.read_text(encoding="utf-8").splitlines())
     assert n_lines <= MAX_README_LINES, f"README.md has {n_lines} lines; move measurements and history to docs/."
