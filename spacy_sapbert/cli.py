@@ -57,6 +57,8 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progre
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    # Colours and icons for a terminal only: output redirected to a file or a pipe stays plain text.
+    msg.pretty = sys.stdout.isatty()
     if not verbose:
         try:  # only where the gpu or train extra brought transformers
             from transformers.utils import logging as hf_logging

@@ -197,3 +197,8 @@ def test_link_labels_writes_only_those_entities(cli_index, ner_dir, tiny_model, 
     assert result.exit_code == 0, result.output
     entities = json.loads(target.read_text())["entities"]
     assert [e["label"] for e in entities] == ["Disease"] and entities[0]["cui"] == "D000140"
+
+
+def test_redirected_output_has_no_colour_codes():
+    result = runner.invoke(app, ["link"])  # a mistake, said with wasabi's msg.fail
+    assert result.exit_code != 0 and "Give either a TEXT" in result.output and "\x1b[" not in result.output

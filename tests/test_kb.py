@@ -272,7 +272,8 @@ def test_gzip_input(tmp_path, format):
     with pytest.raises(KBFormatError, match=r"broken\.gz: cannot be decompressed as gzip"):
         load_kb(broken, format)
     cut = tmp_path / "cut.gz"
-    cut.write_bytes(gzip.compress(text.encode() * 50)[:-12])
+    many = "".join(text.replace('"C1"', f'"C{i}"') for i in range(50)) if format == "jsonl" else text * 50
+    cut.write_bytes(gzip.compress(many.encode())[:-12])
     with pytest.raises(KBFormatError, match=r"cut\.gz: cannot be decompressed as gzip"):
         load_kb(cut, format)
 
@@ -503,3 +504,20 @@ def test_disease_supplementary_concepts_keep_only_disease_trees():
     assert supplementary_types(["C14.280.067.922", "D12.776.157.530", "C14.280.067.922"]) == ["C14.280.067.922"]
     assert supplementary_types(["F03.700", "D12.776"]) == ["F03.700"]
     assert supplementary_types(["D02.355", "D12.776"]) == ["D02.355", "D12.776"]  # a chemical keeps all
+
+
+def test_a_repeated_concept_id_is_merged_with_a_warning_naming_both_lines(tmp_path, caplog):
+    path = tmp_path / "kb.jsonl"
+    path.write_text('{"concept_id": "X:1", "canonical_name": "fever"}\n{"concept_id": "X:2", "canonical_name": "cough"}\n'
+                    '{"concept_id": "X:1", "canonical_name": "pyrexia"}\n')
+    with caplog.at_level(logging.WARNING, logger="spacy_sapbert.kb.formats"):
+        kb = read_jsonl(path)
+    assert kb.cui_to_entity["X:1"].names == ["fever", "pyrexia"]
+    assert "kb.jsonl:3: concept_id 'X:1' is already given on line 1; its names are merged" in caplog.text
+
+
+def test_a_line_cut_short_is_named_so(tmp_path):
+    path = tmp_path / "kb.jsonl"
+    path.write_text('{"concept_id": "X:1", "canonical_name": "fever"}\n{"concept_id": "X:2", "canonical_na\n')
+    with pytest.raises(KBFormatError, match=r"kb\.jsonl:2: expected .* on one whole line \(this one is cut short\)"):
+        read_jsonl(path)

@@ -165,10 +165,16 @@ def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
     kb = KnowledgeBase(name=name or Path(path).name.removesuffix(".gz").removesuffix(".jsonl"))
     list_keys = ("aliases", "types", "alt_ids", "xrefs", "broader")
     expected = 'a JSON object with string "concept_id" and "canonical_name"'
+    first_line: Dict[str, int] = {}
     for line_no, line in _lines(path):
         try:
             data = json.loads(line)
-        except (ValueError, RecursionError):  # malformed, or nested too deeply to read
+        except json.JSONDecodeError as err:
+            # the text ends before the JSON does: a file cut short, or a record broken over lines
+            cut = err.pos >= len(line.rstrip()) or err.msg.startswith("Unterminated string")
+            raise _error(path, line_no, expected + (" on one whole line (this one is cut short)" if cut else ""),
+                         line) from None
+        except (ValueError, RecursionError):  # nested too deeply to read
             raise _error(path, line_no, expected, line) from None
         if not isinstance(data, dict) or not _is_text(data.get("concept_id")) or not data["concept_id"].strip():
             raise _error(path, line_no, expected, line)
@@ -187,6 +193,11 @@ def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
             raise _error(path, line_no, '"definition" to be a string or null', line)
         if not clean_name(data["canonical_name"]) or not _is_text_list(data.get("aliases", []), non_empty=True):
             raise _error(path, line_no, 'non-empty names in "canonical_name" and "aliases"', line)
+        if data["concept_id"] in first_line:
+            logger.warning("%s:%d: concept_id %r is already given on line %d; its names are merged into that "
+                           "concept (give distinct ids to keep them apart).", path, line_no, data["concept_id"],
+                           first_line[data["concept_id"]])
+        first_line.setdefault(data["concept_id"], line_no)
         kb.add(
             Concept(
                 concept_id=data["concept_id"],
