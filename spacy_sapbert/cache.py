@@ -6,7 +6,9 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Optional, Tuple, Union
 
@@ -72,12 +74,13 @@ def _unwritable(err: OSError) -> str:
 
 
 def cached_build(target: Path, build: Callable[[Path], object], intact: Callable[[Path], bool], what: str,
-                 takes: str = "") -> Path:
+                 takes: str = "", seconds: float = 0.0) -> Path:
     """`target` in the cache, built by `build` (into a staging folder, see write_to_cache) unless
     `intact(target)`. A file lock makes a second process wait for the first's build and reuse it;
-    a damaged or stale `target` is rebuilt with one warning. what: what it is, for the warnings
-    ("bundled index's search graph"); takes: how long it took on a quiet 2-core machine, said
-    before the build ("about 20 s"), which then reports its own time."""
+    a damaged or stale `target` is rebuilt with one warning. what: what it is, for the messages
+    ("bundled index's search graph"); takes: how long it took on a quiet 2-core machine, said (at
+    INFO) before the build ("about 20 s"), which then reports its own time; seconds: that time as a
+    number, for a progress bar that runs against it while the build works."""
     from filelock import FileLock
 
     if intact(target):
@@ -94,13 +97,43 @@ def cached_build(target: Path, build: Callable[[Path], object], intact: Callable
         if target.exists():
             logger.warning("The cached %s in %s is damaged or stale; building it again%s.", what, target, takes)
         else:
-            logger.warning("Building the %s once%s; it is cached in %s.", what, takes, target)
+            logger.info("Building the %s once%s; it is cached in %s.", what, takes, target)
         start = time.perf_counter()
-        built = write_to_cache(target, build)
-        logger.warning("Built the %s in %.0f s.", what, time.perf_counter() - start)
+        with _timed_bar(f"building the {what}", seconds):
+            built = write_to_cache(target, build)
+        logger.info("Built the %s in %.0f s.", what, time.perf_counter() - start)
         return built
     finally:
         lock.release()
+
+
+@contextmanager
+def _timed_bar(what: str, seconds: float):
+    """A tqdm bar (on stderr, for a terminal only) that fills against an expected duration while
+    the body runs: a build done in one library call reports no progress of its own."""
+    if seconds <= 0:
+        yield
+        return
+    from tqdm.auto import tqdm
+
+    done, start = threading.Event(), time.perf_counter()
+    bar = tqdm(total=round(seconds), desc=what, unit="s", bar_format="{desc}: {bar} {elapsed} (about {total} s)",
+               disable=None)
+
+    def tick():
+        while not done.wait(0.5):
+            bar.n = min(round(time.perf_counter() - start), bar.total - 1)
+            bar.refresh()
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        bar.n = bar.total
+        bar.close()
 
 
 def file_sha256(path: Union[str, Path]) -> str:

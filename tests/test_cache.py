@@ -118,3 +118,12 @@ def test_a_cache_path_that_is_a_file_gets_one_sentence(monkeypatch, tmp_path):
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(taken))
     with pytest.raises(ResourceError, match=r"^SPACY_SAPBERT_CACHE \(.*a-file\) cannot be used as a cache folder"):
         cache_dir()
+
+
+def test_a_first_build_is_announced_at_info_not_warning(cache, caplog):
+    target = cache_module.cache_dir() / "entry"
+    with caplog.at_level(logging.INFO, logger="spacy_sapbert.cache"):
+        assert cached_build(target, _write, _intact, "a test entry", takes="about 1 s", seconds=1) == target
+    said = [(r.levelno, r.message) for r in caplog.records]
+    assert [level for level, _ in said] == [logging.INFO, logging.INFO], said
+    assert said[0][1].startswith("Building the a test entry once (about 1 s on 2 quiet CPU cores)")

@@ -104,7 +104,7 @@ class HybridRescorer:
         from ..cache import cached_build
 
         cached_build(folder, fit, intact, "hybrid score's char n-gram tf-idf of the names",
-                     takes="a few seconds for the bundled index")
+                     takes="a few seconds for the bundled index", seconds=4)
         return loaded[-1]
 
     def transform(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
