@@ -61,8 +61,9 @@ class Scoring:
         concept many close names point to outranks one lone name; each concept keeps its best
         name's score, which `threshold` reads; 0 ranks concepts by their best name.
     exact_first: the concepts holding a name that equals the mention (ignoring case and
-        spacing) among the names searched rank before the others, in the model's order; the
-        others stay as alternatives.
+        spacing) rank before the others, in the model's order, at score 1.0 (as an identical
+        string), whether or not the search reached that name's row; the others stay as
+        alternatives (ranking.concepts.best_concepts).
     exact_match: a mention that equals a name of the index (ignoring case and spacing) gets
         that name's concepts with score 1.0 and is not encoded.
     """

@@ -1,6 +1,6 @@
 """Exact names first: a concept bearing the mention's own name ranks before the others, in the
-model's order, the others kept as alternatives; and exact_match finds names through the same
-row keys."""
+model's order, at score 1.0, the others kept as alternatives, even where the search did not
+reach that name's row; and exact_match finds names through the same row keys."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,19 +12,27 @@ from spacy_sapbert.kb.concepts import Concept, KnowledgeBase, name_hash
 from spacy_sapbert.ranking.concepts import best_concepts
 
 
-def test_the_concept_of_an_exact_name_ranks_first_and_keeps_its_score():
+def test_the_concept_of_an_exact_name_ranks_first_at_score_one():
     # concept 0: the query's own name at 0.90; concept 1: three close names; concept 2: one name
     scores = np.array([0.91, 0.90, 0.88, 0.87, 0.60], dtype=np.float32)
     rows = np.array([1, 0, 2, 3, 4])
     row_concepts = np.array([0, 1, 1, 1, 2])
     exact = rows == 0
-    # the marginal puts concept 1 first; the exact name puts concept 0 back, with its 0.90
+    # the marginal puts concept 1 first; the exact name puts concept 0 back, scored as an identical string
     assert [c for c, _ in best_concepts(scores, rows, row_concepts, k=3, tau=0.05)] == [1, 0, 2]
     ranked = best_concepts(scores, rows, row_concepts, k=3, tau=0.05, exact=exact)
-    assert ranked == [(0, pytest.approx(0.90)), (1, pytest.approx(0.91)), (2, pytest.approx(0.60))]
-    assert best_concepts(scores, rows, row_concepts, k=3, exact=exact)[0] == (0, pytest.approx(0.90))
+    assert ranked == [(0, 1.0), (1, pytest.approx(0.91)), (2, pytest.approx(0.60))]
+    assert best_concepts(scores, rows, row_concepts, k=3, exact=exact)[0] == (0, 1.0)
     # past the k-th concept it still moves up, and k holds
-    assert best_concepts(scores, rows, row_concepts, k=1, exact=rows == 4) == [(2, pytest.approx(0.60))]
+    assert best_concepts(scores, rows, row_concepts, k=1, exact=rows == 4) == [(2, 1.0)]
+
+
+def test_a_concept_named_where_the_search_did_not_reach_joins_after_those_it_reached():
+    scores = np.array([0.91, 0.90, 0.60], dtype=np.float32)
+    rows = np.array([1, 0, 2])
+    row_concepts = np.array([0, 1, 2, 3])
+    ranked = best_concepts(scores, rows, row_concepts, k=3, exact=rows == 2, named_elsewhere=[3, 2])
+    assert ranked == [(2, 1.0), (3, 1.0), (1, pytest.approx(0.91))]
 
 
 @settings(max_examples=100, deadline=None)
@@ -41,7 +49,7 @@ def test_without_an_exact_hit_the_order_is_the_models(levels, concepts, tau):
     first = int(row_concepts[-1])
     moved = best_concepts(scores, rows, row_concepts, 3, tau, exact=exact)
     everyone = best_concepts(scores, rows, row_concepts, len(rows), tau)
-    assert moved == ([c for c in everyone if c[0] == first] + [c for c in everyone if c[0] != first])[:3]
+    assert moved == ([(first, 1.0)] + [c for c in everyone if c[0] != first])[:3]
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ import shutil
 
 import pytest
 import spacy
+from spacy.tokens import Span
 from conftest import DEMO_PATTERNS, ruler_nlp
 
 from spacy_sapbert.search.index import ConceptIndexError
@@ -39,9 +40,14 @@ def test_label_types_restrict_candidates(linked_nlp):
 
 def test_threshold_gives_nil(tiny_model, tiny_index_dir):
     nlp = ruler_nlp(DEMO_PATTERNS)
-    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 1.0})
-    ent = nlp(TEXT).ents[-1]  # "tumour": no name of the tiny KB scores 1
+    linker = nlp.add_pipe("sapbert_linker", config={
+        "encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 1.0,
+        "scoring": {"exact_first": False}})  # the model's scores only: none reaches 1
+    ent = nlp(TEXT).ents[-1]
     assert ent._.cui is None and ent._.cui_score is None and ent._.kb_ents == [] and ent.kb_id_ == ""
+    linker.exact_first = True  # "tumour" is a name of the tiny KB: it scores 1.0, as an identical string
+    ent = nlp(TEXT).ents[-1]
+    assert (ent._.cui, ent._.cui_score, ent.kb_id_) == ("D009369", 1.0, "D009369")
 
 
 def test_only_configured_labels_are_linked(tiny_model, tiny_index_dir):
@@ -522,7 +528,8 @@ def test_settings_changed_on_a_live_pipe_take_effect(tiny_model, tiny_index_dir)
     assert max(len(c) for c in before) > 1
     linker.max_entities_per_mention = linker.k = 1  # the remembered 5-candidate lists are forgotten
     assert all(len(ent._.kb_ents) == 1 for ent in nlp(DEMO_TEXT).ents)
-    linker.threshold = 1.0  # only names the KB holds as written keep their concept
+    linker.exact_first = False  # the model's scores only (every mention here is a name of the tiny KB)
+    linker.threshold = 1.0  # no model score reaches 1
     assert [ent._.cui for ent in nlp(DEMO_TEXT).ents].count(None) > 0
     linker.threshold = 0.0
     dense = [ent._.cui_score for ent in nlp(DEMO_TEXT).ents]
@@ -531,6 +538,8 @@ def test_settings_changed_on_a_live_pipe_take_effect(tiny_model, tiny_index_dir)
     assert [ent._.cui_score for ent in nlp(DEMO_TEXT).ents] != dense
     linker.sparse_weight = 0.0
     assert linker.hybrid is None and [ent._.cui_score for ent in nlp(DEMO_TEXT).ents] == dense
+    linker.exact_first = True
+    assert [ent._.cui_score for ent in nlp(DEMO_TEXT).ents] == [1.0] * len(dense)
 
 
 def test_a_bad_value_on_a_live_pipe_is_refused_and_the_old_one_kept(tiny_model, tiny_index_dir):
@@ -559,3 +568,28 @@ def test_the_filled_config_holds_the_keys_of_today_only():
 def test_scispacys_linker_name_gets_a_sentence_naming_index():
     with pytest.raises(ValueError, match=r"^linker_name \('umls'\) is scispaCy's key; .*`index` sub-config"):
         spacy.blank("en").add_pipe("sapbert_linker", config={"linker_name": "umls"})
+
+
+def test_every_short_alias_of_the_bundled_kb_finds_its_own_concept():
+    """Issue 47's probe: 300 unambiguous short all-caps aliases of the bundled KB, each linked
+    alone (no definition in the text), get their own concept first and not NIL (or a concept
+    bearing the same alias in another case, which the model may rank higher)."""
+    import random
+    import re
+
+    from spacy_sapbert.kb import name_key
+
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("sapbert_linker")
+    kb = linker.kb
+    aliases = sorted(a for a, cuis in kb.alias_to_cuis.items() if len(cuis) == 1 and re.fullmatch(r"[A-Z][A-Z0-9]{1,5}", a))
+    random.Random(0).shuffle(aliases)
+    wrong = []
+    for alias in aliases[:300]:
+        (cui,) = kb.alias_to_cuis[alias]
+        doc = nlp.make_doc(alias)
+        doc.ents = [Span(doc, 0, len(doc), "Chemical" if kb.cui_to_entity[cui].has_type(["D"]) else "Disease")]
+        linked = nlp(doc).ents[0]._.cui
+        if linked is None or not any(name_key(n) == name_key(alias) for n in kb.cui_to_entity[linked].names):
+            wrong.append((alias, cui, linked))
+    assert wrong == []

@@ -20,7 +20,8 @@ def tie_order(scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def best_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray, k: int,
-                  tau: float = 0.0, exact: Optional[np.ndarray] = None) -> List[Tuple[int, float]]:
+                  tau: float = 0.0, exact: Optional[np.ndarray] = None,
+                  named_elsewhere: Sequence[int] = ()) -> List[Tuple[int, float]]:
     """One query's k best distinct concepts from its search hits (row -1: no hit), each scored
     by its best name, ties in tie_order; fewer than k when the hits hold fewer concepts.
 
@@ -30,9 +31,13 @@ def best_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray
     name's tie order; each keeps its best name's score, so `threshold` keeps its meaning.
 
     exact: True where a hit's name is the query's own (ConceptIndex.row_keys); the concepts of
-    those names come first, in the order above, then the rest (CandidateSettings.exact_first)."""
+    those names come first, in the order above, then the concepts in `named_elsewhere` (bearing
+    the query's name in rows the search did not reach) in their order, then the rest
+    (candidates.Scoring.exact_first). A concept bearing the query's own name scores 1.0, as an
+    identical string does under scispaCy's tf-idf, so that `threshold` never drops it."""
     order = tie_order(scores, rows)
     named = set() if exact is None else {int(row_concepts[r]) for r in rows[exact & (rows >= 0)]}
+    named.update(named_elsewhere)
     wanted = len(rows) if named else k  # every concept, so that an exact one past the k-th moves up
     if tau:
         ranked = marginal_concepts(np.asarray(scores, dtype=np.float64)[order], rows[order], row_concepts, wanted, tau)
@@ -44,7 +49,9 @@ def best_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray
             best.setdefault(int(row_concepts[row]), float(score))
         ranked = list(best.items())
     if named:
-        ranked = [c for c in ranked if c[0] in named] + [c for c in ranked if c[0] not in named]
+        found = [c for c, _ in ranked if c in named]
+        first = found + [c for c in dict.fromkeys(named_elsewhere) if c not in found]
+        ranked = [(c, 1.0) for c in first] + [c for c in ranked if c[0] not in named]
     return ranked[:k]
 
 
@@ -110,7 +117,8 @@ def search_concepts(index: RowSearch, queries, k: int = 10, type_prefixes: Optio
             exact = (index.row_keys()[np.maximum(rows, 0)] == query_keys[pending][:, None]) & (rows >= 0)
         short = []
         for query, score_row, row_ids, exact_row in zip(pending, scores, rows, exact):
-            best = best_concepts(score_row, row_ids, index.row_concepts, k, tau, exact_row)
+            elsewhere = () if query_keys is None else _named_elsewhere(index, query_keys[query], row_ids, type_prefixes)
+            best = best_concepts(score_row, row_ids, index.row_concepts, k, tau, exact_row, elsewhere)
             if len(best) >= k or n_rows >= n_allowed or (row_ids < 0).any():
                 results[query] = [(index.concept_ids[c], s) for c, s in best]
             else:
@@ -118,6 +126,19 @@ def search_concepts(index: RowSearch, queries, k: int = 10, type_prefixes: Optio
         pending = np.array(short, dtype=np.int64)
         n_rows = min(n_allowed, n_rows * 4)
     return results
+
+
+def _named_elsewhere(index: RowSearch, key: int, hits: np.ndarray,
+                     type_prefixes: Optional[Sequence[str]]) -> List[int]:
+    """The concepts (of `type_prefixes`) bearing the name `key` in rows outside `hits`, in row
+    order: a mention that is a name of the index always has that name's concepts."""
+    reached = set(hits.tolist())
+    rows = [int(r) for r in index.rows_named(key) if int(r) not in reached]
+    concepts = [int(index.row_concepts[r]) for r in rows]
+    if type_prefixes:
+        entities = index.kb.cui_to_entity
+        concepts = [c for c in concepts if entities[index.concept_ids[c]].has_type(type_prefixes)]
+    return list(dict.fromkeys(concepts))
 
 
 def _take(queries, positions: np.ndarray):
