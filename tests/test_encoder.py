@@ -76,3 +76,22 @@ def test_fp32_without_torch_names_the_extra(monkeypatch, tiny_model):
     monkeypatch.delattr(spacy_sapbert.encoders, "transformer", raising=False)
     with pytest.raises(EncoderError, match=r"^precision 'fp32' needs torch and transformers.*spacy-sapbert\[gpu\]"):
         load_encoder(tiny_model, "fp32")
+
+
+@pytest.mark.parametrize("model,precision,said", [
+    ("./no/such/model", "fp32", r"^encoder.model './no/such/model' is not a folder here \(.*\); fix the path"),
+    ("models/x", "int8", r"^encoder.model 'models/x' is not a folder here \(.*\); fix the path"),
+    ("models/x", "fp32", r"^encoder.model 'models/x' is not a folder here, and the Hugging Face hub, .* cannot be reached"),
+])
+def test_a_model_that_is_nowhere_gets_one_sentence_at_once(monkeypatch, model, precision, said):
+    import socket
+
+    from spacy_sapbert.encoders.base import EncoderError
+    from spacy_sapbert.encoders.loading import load_encoder
+
+    def unreachable(*args, **kwargs):
+        raise OSError("unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    with pytest.raises(EncoderError, match=said):
+        load_encoder(model, precision)

@@ -63,6 +63,22 @@ def test_the_readme_knowledge_base_example_builds_and_links(tmp_path):
     assert nlp(doc).ents[0]._.cui == "HP:0002315"
 
 
+def test_the_readme_pipeline_links_alike_in_two_processes():
+    """The pipeline the README's snippet builds, as written, gives the same links with
+    nlp.pipe(n_process=2) as in one process."""
+    snippet = re.search(r"## Use\n\n```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S).group(1)
+    building = snippet.split("\ndoc = ", 1)[0]
+    namespace = {}
+    exec(compile(building, str(README), "exec"), namespace)
+    nlp = namespace["nlp"]
+    texts = ["Patients with non-insulin-dependent diabetes mellitus (NIDDM) developed lactic acidosis after metformin.",
+             "Acute renal failure (ARF) and hypertension were reported after cisplatin.",
+             "NIDDM and BPH were common; ARF was not."] * 2
+    one = [[(e.text, e._.cui, e._.kb_ents) for e in doc.ents] for doc in nlp.pipe(texts)]
+    two = [[(e.text, e._.cui, e._.kb_ents) for e in doc.ents] for doc in nlp.pipe(texts, n_process=2)]
+    assert two == one and any(doc for doc in one)
+
+
 def test_the_readme_is_a_page_for_users():
     n_lines = len(README.read_text(encoding="utf-8").splitlines())
     assert n_lines <= MAX_README_LINES, f"README.md has {n_lines} lines; move measurements and history to docs/."

@@ -1,5 +1,7 @@
 """An encoder for a model name at a precision (`load_encoder`), and the exact model behind it
 (`exact_encoder`), which embeds names."""
+import re
+import socket
 from pathlib import Path
 from typing import Optional, Union
 
@@ -30,6 +32,7 @@ def load_encoder(
 
     if precision not in PRECISIONS:
         raise EncoderError(f"Unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}.")
+    check_model_source(str(model), hub=precision == "fp32")
     if is_onnx_dir(model) or precision != "fp32":
         if device not in ("cpu", "auto"):  # auto: the CPU, the only device the ONNX path runs on
             raise EncoderError(f"The {precision} ONNX encoder runs on CPU only, not device={device!r}; "
@@ -42,6 +45,32 @@ def load_encoder(
         return encoder
     TorchEncoder = torch_encoder_module("precision 'fp32'").TorchEncoder
     return TorchEncoder(model, pooling=pooling, max_length=max_length, device=device, batch_size=batch_size)
+
+
+# A name of the Hugging Face hub: "owner/name", nothing that reads as a path.
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+HUB_HOST = ("huggingface.co", 443)
+
+
+def check_model_source(model: str, hub: bool) -> None:
+    """One sentence, before any model is read, when `model` is neither a folder here nor (with
+    `hub`, for fp32) a hub name the hub can be asked for: a path that looks local is never
+    looked up on the hub, and an unreachable hub fails at once instead of retrying."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return
+    if path.exists():
+        raise EncoderError(f"encoder.model {model!r} is a file, not a model folder; give the folder that holds "
+                           "config.json (or one written by `spacy-sapbert export-onnx`).")
+    named = ' or name a bundled model ("default", "base")'
+    if not hub or not HUB_NAME.fullmatch(model):
+        raise EncoderError(f"encoder.model {model!r} is not a folder here ({path.resolve()}); fix the path{named}.")
+    try:
+        socket.create_connection(HUB_HOST, timeout=3).close()
+    except OSError:
+        raise EncoderError(f"encoder.model {model!r} is not a folder here, and the Hugging Face hub, where it would "
+                           f"be a model name, cannot be reached; fix the path{named}, or download the model and "
+                           "give its folder.") from None
 
 
 def exact_encoder(encoder):
