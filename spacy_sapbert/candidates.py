@@ -190,8 +190,13 @@ class CandidateGenerator:
     def generate(self, mentions: Sequence[Mention]) -> List[Candidates]:
         """For each mention, its candidates [(concept_id, score), …], best first: those scoring
         at least the threshold (see CandidateSettings), at most max_entities_per_mention."""
+        return [self.select(candidates) for candidates in self.ranked(mentions)]
+
+    def ranked(self, mentions: Sequence[Mention]) -> List[Candidates]:
+        """For each mention, its k best candidates before the threshold and the other filters
+        of `select`."""
         found = self._found(sorted(set(mentions)))
-        return [self.select(found[mention]) for mention in mentions]
+        return [found[mention] for mention in mentions]
 
     def select(self, candidates: Candidates) -> Candidates:
         """The candidates a mention keeps of its k best (threshold, definitions, count)."""

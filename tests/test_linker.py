@@ -45,9 +45,12 @@ def test_threshold_gives_nil(tiny_model, tiny_index_dir):
         "scoring": {"exact_first": False}})  # the model's scores only: none reaches 1
     ent = nlp(TEXT).ents[-1]
     assert ent._.cui is None and ent._.cui_score is None and ent._.kb_ents == [] and ent.kb_id_ == ""
+    # how close it came: the candidates it had below the threshold, best first
+    below = ent._.nil_kb_ents
+    assert below and below[0][0] == "D009369" and below[0][1] < 1.0 and len(below) <= linker.max_entities_per_mention
     linker.exact_first = True  # "tumour" is a name of the tiny KB: it scores 1.0, as an identical string
     ent = nlp(TEXT).ents[-1]
-    assert (ent._.cui, ent._.cui_score, ent.kb_id_) == ("D009369", 1.0, "D009369")
+    assert (ent._.cui, ent._.cui_score, ent.kb_id_) == ("D009369", 1.0, "D009369") and ent._.nil_kb_ents == []
 
 
 def test_only_configured_labels_are_linked(tiny_model, tiny_index_dir):

@@ -33,7 +33,7 @@ INDEX_DIR = "index"
 CFG_FILE = "cfg.json"
 
 
-ATTRIBUTES = {"cui": "cui", "score": "cui_score", "candidates": "kb_ents"}
+ATTRIBUTES = {"cui": "cui", "score": "cui_score", "candidates": "kb_ents", "nil_candidates": "nil_kb_ents"}
 
 
 @dataclass
@@ -52,7 +52,9 @@ class PipeSettings:
     spans_key: link the span group `doc.spans[spans_key]` (as medspaCy keeps its entities)
         instead of `doc.ents`.
     batch_size: documents per batch in `pipe` (their distinct mentions are encoded together).
-    attributes: the names of the Span extensions set, {"cui": …, "score": …, "candidates": …}.
+    attributes: the names of the Span extensions set, {"cui": …, "score": …, "candidates": …,
+        "nil_candidates": …}: a NIL entity's candidates (below the threshold, so its `kb_ents`
+        is empty) go in the last, so a user can see how close it came; a linked entity's is [].
     follow_long_forms: not a config key (configs before 0.2 set it): False keeps entities as the
         NER left them while their abbreviations are still resolved.
     """
@@ -67,6 +69,8 @@ class PipeSettings:
 
     def __post_init__(self) -> None:
         check_settings(self)
+        if isinstance(self.attributes, dict) and set(self.attributes) < set(ATTRIBUTES):
+            self.attributes = {**ATTRIBUTES, **self.attributes}
         if not (isinstance(self.attributes, dict) and set(self.attributes) == set(ATTRIBUTES)
                 and all(isinstance(v, str) and v for v in self.attributes.values())):
             raise ValueError(f"attributes ({self.attributes!r}) must name the three Span extensions, such as "
@@ -172,22 +176,25 @@ def _candidates_getter(candidates_attr: str) -> Callable[[Span], List[Tuple[str,
     return candidates
 
 
-def _register_extensions(cui_attr: str, score_attr: str, candidates_attr: str) -> Optional[str]:
-    """Register the Span extensions; return the stored attribute behind `candidates_attr`, or
-    None where another package (scispaCy's linker) registered `candidates_attr` first, in
-    which case the candidates are set on it directly. Stored behind a getter, candidates come
-    back as (concept_id, score) tuples from nlp.pipe(n_process=2) too, whose workers return
-    them as lists."""
+def _register_extensions(cui_attr: str, score_attr: str, *candidate_attrs: str) -> Dict[str, str]:
+    """Register the Span extensions; return, for each of `candidate_attrs`, the stored
+    attribute behind it, or the attribute itself where another package (scispaCy's linker)
+    registered it first, in which case the candidates are set on it directly. Stored behind a
+    getter, candidates come back as (concept_id, score) tuples from nlp.pipe(n_process=2) too,
+    whose workers return them as lists."""
     for attr in (cui_attr, score_attr):
         if not Span.has_extension(attr):
             Span.set_extension(attr, default=None)
-    store = _stored(candidates_attr)
-    if not Span.has_extension(store):
-        Span.set_extension(store, default=None)
-    if not Span.has_extension(candidates_attr):
-        Span.set_extension(candidates_attr, getter=_candidates_getter(candidates_attr))
-    getter = Span.get_extension(candidates_attr)[2]
-    return store if getattr(getter, "sapbert_store", None) == store else None
+    stores = {}
+    for attr in candidate_attrs:
+        store = _stored(attr)
+        if not Span.has_extension(store):
+            Span.set_extension(store, default=None)
+        if not Span.has_extension(attr):
+            Span.set_extension(attr, getter=_candidates_getter(attr))
+        getter = Span.get_extension(attr)[2]
+        stores[attr] = store if getattr(getter, "sapbert_store", None) == store else attr
+    return stores
 
 
 def _legacy_keys(encoder: Optional[EncoderLoader], index, scoring: Optional[Scoring], settings: dict):
@@ -250,7 +257,8 @@ class SapBERTLinker(Pipe):
         self.generator: Optional[CandidateGenerator] = None
         self.nlp: Optional[Language] = None  # the pipeline it belongs to (the factory sets it)
         self._compact: Optional[Path] = None  # the compact index a searched graph was built over
-        self._candidates_store = _register_extensions(self.cui_attr, self.score_attr, self.candidates_attr)
+        self._stores = _register_extensions(self.cui_attr, self.score_attr, self.candidates_attr,
+                                            self.attributes["nil_candidates"])
 
     def __getattr__(self, name: str):
         for knobs in self.__dict__.get("_knobs", ()):
@@ -397,32 +405,37 @@ class SapBERTLinker(Pipe):
 
         return ents, [mention(ent) if not link_labels or ent.label_.lower() in link_labels else None for ent in ents]
 
-    def predict(self, docs: List[Doc]) -> List[Tuple[List[Span], List[Optional[Candidates]]]]:
-        """For each doc, the entities to annotate (put right by the long forms) and their
-        candidates (None for entities whose label is not linked), from one generator call over
-        the batch's mentions."""
+    def predict(self, docs: List[Doc]) -> List[Tuple[List[Span], List[Optional[Tuple[Candidates, Candidates]]]]]:
+        """For each doc, the entities to annotate (put right by the long forms) and, for each,
+        (its candidates, those of a NIL entity: what it had below the threshold), or None for an
+        entity whose label is not linked; from one generator call over the batch's mentions."""
         generator = self._loaded()
         wanted = [self._mentions(doc) for doc in docs]
         distinct = sorted({key for _, keys in wanted for key in keys if key is not None})
-        found = dict(zip(distinct, generator.generate(distinct)))
+        found = {}
+        for key, ranked in zip(distinct, generator.ranked(distinct)):
+            kept = generator.select(ranked)
+            found[key] = (kept, [] if kept else ranked[: self.max_entities_per_mention])
         return [(ents, [found[key] if key is not None else None for key in keys]) for ents, keys in wanted]
 
     def set_annotations(self, docs: List[Doc], predicted: List[Tuple[List[Span], List[Optional[Candidates]]]]) -> None:
         """Set `kb_id_`, then the Span extensions (in that order: a span's extension values
         are keyed by its kb_id, so setting them first would lose them)."""
         for doc, (ents, doc_candidates) in zip(docs, predicted):
-            spans = [ent if cands is None else Span(doc, ent.start, ent.end, label=ent.label,
-                                                     kb_id=cands[0][0] if cands else "")
-                     for ent, cands in zip(ents, doc_candidates)]
+            spans = [ent if found is None else Span(doc, ent.start, ent.end, label=ent.label,
+                                                     kb_id=found[0][0][0] if found[0] else "")
+                     for ent, found in zip(ents, doc_candidates)]
             if self.spans_key:
                 doc.spans[self.spans_key] = spans
                 spans = doc.spans[self.spans_key]
             else:
                 doc.ents = spans
                 spans = doc.ents
-            for ent, cands in zip(spans, doc_candidates):
-                if cands is not None:
-                    ent._.set(self._candidates_store or self.candidates_attr, cands)
+            for ent, found in zip(spans, doc_candidates):
+                if found is not None:
+                    cands, nil = found
+                    ent._.set(self._stores[self.candidates_attr], cands)
+                    ent._.set(self._stores[self.attributes["nil_candidates"]], nil)
                     ent._.set(self.cui_attr, cands[0][0] if cands else None)
                     ent._.set(self.score_attr, cands[0][1] if cands else None)
 
