@@ -17,6 +17,10 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 logger = logging.getLogger(__name__)
 
 
+def _percent(value) -> str:
+    return f"{100 * value:.1f}" if value is not None else ""
+
+
 def _name(metrics: dict) -> str:
     return f"{metrics['dataset']}.{metrics['split']}.{metrics['protocol']}.{metrics['system']}"
 
@@ -38,13 +42,14 @@ def write_summary(folder: Path) -> Path:
     rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     linking = [r for r in rows if "acc@1" in r]
     lines = ["# Evaluation summary", "", "## Linking (Acc@1 / Acc@5, %)", "",
-             "| dataset | split | protocol | system | model | n | Acc@1 | Acc@5 | gold reachable | mentions/s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| dataset | split | protocol | system | model | n | Acc@1 | Acc@1 of the reachable | Acc@5 | gold reachable | mentions/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(linking, key=lambda r: (r["dataset"], r["protocol"], -r["acc@1"])):
         speed = f"{r['mentions_per_s']:.0f}" if r.get("mentions_per_s") else ""
         model = f"{r['model']} ({r.get('precision', 'fp32')})" if r.get("model") else ""
         lines.append(f"| {r['dataset']} | {r['split']} | {r['protocol']} | {r['system']} | {model} | {r['n']} | "
-                     f"{100 * r['acc@1']:.1f} | {100 * r['acc@5']:.1f} | {r['n_gold_reachable']} | {speed} |")
+                     f"{100 * r['acc@1']:.1f} | {_percent(r.get('acc@1_reachable'))} | {100 * r['acc@5']:.1f} | "
+                     f"{r['n_gold_reachable']} | {speed} |")
     related = [r for r in rows if "spearman" in r]
     if related:
         lines += ["", "## Relatedness (Spearman ρ)", "", "| dataset | system | model | n | ρ |", "|---|---|---|---|---|"]
