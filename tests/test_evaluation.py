@@ -264,3 +264,17 @@ def test_acc_at_1_over_reachable_queries_stands_beside_the_headline():
     # C069541 is a retired id the dictionary lacks: 2 of 4 right, 2 of the 3 reachable
     assert (metrics["acc@1"], metrics["n_gold_reachable"]) == (0.5, 3)
     assert metrics["acc@1_reachable"] == pytest.approx(2 / 3)
+
+
+def test_train_folds_split_the_documents_and_learn_from_the_others():
+    from spacy_sapbert.training.data.protocol import TRAIN_FOLDS, train_fold
+
+    docs = [ds.Document(f"{i:03d}", "x", [ds.Mention(f"{i:03d}", 0, 1, f"m{i}", "Disease", ["D1"])]) for i in range(12)]
+    corpus = ds.Corpus(list(reversed(docs)))
+    held = [train_fold(corpus, fold) for fold in range(TRAIN_FOLDS)]
+    ids = [doc.doc_id for fold, _ in held for doc in fold.documents]
+    assert sorted(ids) == [d.doc_id for d in docs]  # every document in exactly one fold
+    for fold, others in held:
+        assert {m.text for m in others} == {m.text for d in docs for m in d.mentions} - {m.text for m in fold.mentions}
+    with pytest.raises(ValueError, match=r"^fold 5 is not a train fold; give 0 to 4\."):
+        train_fold(corpus, TRAIN_FOLDS)

@@ -249,13 +249,32 @@ class Task:
     documents: Dict[str, str] = field(default_factory=dict)  # doc id → text, for mentions in context
 
 
+# The train split, by document, for choosing rules and settings before dev is read.
+TRAIN_FOLD = "train-fold"
+TRAIN_FOLDS = 5
+
+
+def train_fold(corpus: ds.Corpus, fold: int) -> Tuple[ds.Corpus, List[Mention]]:
+    """Fold `fold` (0 to TRAIN_FOLDS - 1) of a train corpus: every TRAIN_FOLDS-th document in id
+    order, from the `fold`-th on; and the mentions of the other documents, its training names."""
+    if not 0 <= fold < TRAIN_FOLDS:
+        raise ValueError(f"fold {fold} is not a train fold; give 0 to {TRAIN_FOLDS - 1}.")
+    documents = sorted(corpus.documents, key=lambda doc: doc.doc_id)
+    held = [doc for i, doc in enumerate(documents) if i % TRAIN_FOLDS == fold]
+    others = [m for i, doc in enumerate(documents) if i % TRAIN_FOLDS != fold for m in doc.mentions]
+    return ds.Corpus(held), others
+
+
 def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int = 0,
             training_precedence: bool = True) -> Task:
     """Load the split's mentions, turn them into queries, and build the dictionary (the
     base vocabulary plus training mentions — train for dev, train and dev for test — with the
     names training mentions give a concept left to it, unless `training_precedence` is False:
     add_training_names). split "train" gives the train mentions as queries against the dev
-    split's dictionary: what training against frozen keys (spacy_sapbert.training.data.keys) learns from."""
+    split's dictionary: what training against frozen keys (spacy_sapbert.training.data.keys) learns from.
+    split "train-fold" gives fold `fold` of the train documents (train_fold) as queries against
+    the base vocabulary plus the other folds' mentions: where rules and settings are chosen,
+    so that dev is read once."""
     normalise = TextNormaliser()
     if dataset == "ncbi-disease" and protocol == "standard":
         normalise = TextNormaliser.from_typo_file(data_dir / "medic" / "ncbi-spell-check.txt")
@@ -264,6 +283,10 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
         training = ds.read_cadec_pairs(folder / "train.txt")
         mentions, n_unlinkable = training if split == "train" else ds.read_cadec_pairs(folder / "test.txt"), 0
         abbreviations: Dict[str, Dict[str, str]] = {}
+    elif split == TRAIN_FOLD:
+        corpus, training = train_fold(ds.load_pubtator_split(dataset, "train", data_dir), fold)
+        mentions, n_unlinkable = corpus.mentions, 0
+        abbreviations = document_abbreviations(corpus.documents) if protocol == "standard" else {}
     else:
         corpus = ds.load_pubtator_split(dataset, split, data_dir)
         mentions, n_unlinkable = corpus.mentions, corpus.n_unlinkable

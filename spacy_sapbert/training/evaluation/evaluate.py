@@ -1,6 +1,7 @@
 """Benchmark evaluation in the papers' protocols: `spacy-sapbert evaluate …`."""
 import json
 import logging
+import statistics
 import time
 from enum import Enum
 from pathlib import Path
@@ -14,7 +15,7 @@ from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
 
 from ..data import datasets as ds
 from ..data.datasets import DEFAULT_DATA_DIR
-from ..data.protocol import Task, prepare
+from ..data.protocol import TRAIN_FOLD, TRAIN_FOLDS, Task, prepare
 from .scoring import MAX_K, accuracy_at_k
 from .systems import CharTfidf, EncoderSystem, ExactMatch, LinkingSystem, ScispacyLinker
 
@@ -147,7 +148,11 @@ def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         training_precedence: bool = True, sparse_weight: Optional[float] = None,
         names_precision: str = "fp32", marginal_tau: Optional[float] = None) -> dict:
     """One evaluation; the metrics as a dict."""
-    header = {"dataset": dataset, "split": split if dataset != "cadec" else f"fold{fold}-test",
+    if split == TRAIN_FOLD and dataset not in ds.PUBTATOR_FILES:
+        raise ValueError(f"--split {TRAIN_FOLD} folds the train documents of {', '.join(ds.PUBTATOR_FILES)}; "
+                         f"{dataset} has folds of its own (--fold).")
+    shown_split = f"{TRAIN_FOLD}{fold}" if split == TRAIN_FOLD else split
+    header = {"dataset": dataset, "split": shown_split if dataset != "cadec" else f"fold{fold}-test",
               "system": system, "protocol": protocol, "model": model if system == "model" else None}
     if system == "model" and (precision, index_type) != ("fp32", "flat"):
         header.update(precision=precision, index_type=index_type)
@@ -164,6 +169,18 @@ def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
     system_ = make_system(system, task.dictionary, model, precision, index_type, sparse_weight, names_precision,
                           marginal_tau)
     return {**header, **evaluate_linking(task, system_)}
+
+
+def run_train_folds(dataset: str, **settings) -> dict:
+    """`run` on each train fold (TRAIN_FOLDS, by document): each fold's metrics, and the mean and
+    the spread (sample standard deviation) of its Acc@1 and Acc@1 over reachable queries, the
+    yardstick a rule or setting must clear before dev is read."""
+    folds = [run(dataset, TRAIN_FOLD, fold=fold, **settings) for fold in range(TRAIN_FOLDS)]
+    summary = {"dataset": dataset, "split": "train-folds", "folds": folds}
+    for key in ("acc@1", "acc@1_reachable"):
+        values = [fold[key] for fold in folds]
+        summary[f"{key}_mean"], summary[f"{key}_sd"] = statistics.mean(values), statistics.stdev(values)
+    return summary
 
 
 def _scoring(sparse_weight: Optional[float], marginal_tau: Optional[float]) -> dict:
@@ -186,6 +203,8 @@ class Dataset(str, Enum):
 class Split(str, Enum):
     dev = "dev"
     test = "test"
+    train_fold = TRAIN_FOLD
+    train_folds = "train-folds"
 
 
 class System(str, Enum):
@@ -202,12 +221,13 @@ class Protocol(str, Enum):
 
 def evaluate_command(
     dataset: Dataset = typer.Option(..., "--dataset", help="Benchmark to evaluate on."),
-    split: Split = typer.Option(Split.dev, "--split", help="dev, or test when you have the test files."),
+    split: Split = typer.Option(Split.dev, "--split", help="dev; test when you have the test files; train-fold (--fold 0-4: "
+                                "a fifth of the train documents against the rest), or train-folds (all five: mean and spread)."),
     data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="Folder laid out as ../shared/data."),
     system: System = typer.Option(System.model, "--system", help="Which linker to evaluate."),
     model: str = typer.Option("default", "--model", help="Model directory or name (system model)."),
     protocol: Protocol = typer.Option(Protocol.standard, "--protocol", help="standard (papers) or lenient (raw mentions)."),
-    fold: int = typer.Option(0, "--fold", help="CADEC fold."),
+    fold: int = typer.Option(0, "--fold", help="CADEC fold, or the train fold of --split train-fold."),
     precision: str = typer.Option("int8", "--precision", help="Mention encoding (system model): int8 (ONNX, as the pipe and `link` encode), or fp32."),
     index_type: str = typer.Option("flat", "--index-type", help="FAISS index over the dictionary (system model)."),
     names_precision: str = typer.Option(
@@ -236,14 +256,19 @@ def evaluate_command(
         _end_to_end_command(dataset.value, split.value, data_dir, model, precision,
                             _scoring(sparse_weight, marginal_tau), output)
         return
+    settings = dict(system=system.value, protocol=protocol.value, data_dir=data_dir, model=model, precision=precision,
+                    index_type=index_type, training_precedence=training_precedence, sparse_weight=sparse_weight,
+                    names_precision=names_precision, marginal_tau=marginal_tau)
     try:
-        metrics = run(dataset.value, split.value, system.value, protocol.value, data_dir, model, fold,
-                      precision, index_type, training_precedence, sparse_weight, names_precision, marginal_tau)
+        if split == Split.train_folds:
+            metrics = run_train_folds(dataset.value, **settings)
+        else:
+            metrics = run(dataset.value, split.value, fold=fold, **settings)
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)
     shown = [(key, f"{value:.4f}" if isinstance(value, float) else value)
-             for key, value in metrics.items() if key != "acc@k"]
+             for key, value in metrics.items() if key not in ("acc@k", "folds")]
     msg.table(shown, divider=True)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
