@@ -72,7 +72,8 @@ def marginal_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.nda
 
 class RowSearch(Protocol):
     """What ranking asks of an index (`search.index.ConceptIndex`, `search.tfidf.SparseConceptIndex`):
-    name rows and their scores, nothing about concepts."""
+    name rows and their scores, nothing about concepts. Exact names first (search_concepts'
+    exact_keys) also asks `row_keys()`, `rows_named(key)` and `kb`, which ConceptIndex has."""
 
     row_concepts: np.ndarray
     concept_ids: List[str]
@@ -99,7 +100,8 @@ def search_concepts(index: RowSearch, queries, k: int = 10, type_prefixes: Optio
         arrays; row -1: none), returns their scores (the hybrid score: ranking.hybrid).
     tau: > 0 ranks concepts by their synonym-marginal score over the rows fetched.
     exact_keys: each query's text as kb.name_hash gives it; concepts holding a row of that
-        name (index.row_keys()) rank first.
+        name rank first at score 1.0, those the search reached in its order, then the others
+        (index.rows_named), so a mention that is a name of the index always has its concepts.
     """
     n_allowed = index.allowed_rows(type_prefixes)
     results: List[Candidates] = [[] for _ in range(len(queries))]
