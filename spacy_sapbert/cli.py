@@ -45,11 +45,12 @@ def _fail(err: Exception) -> None:
 
 
 def _user_errors() -> tuple:
+    from .cache import ResourceError
     from .encoders.base import EncoderError
     from .search.index import ConceptIndexError
     from .kb.concepts import KBFormatError
 
-    return (KBFormatError, ConceptIndexError, EncoderError, FileNotFoundError)
+    return (KBFormatError, ConceptIndexError, EncoderError, ResourceError, FileNotFoundError)
 
 
 @app.callback()

@@ -202,3 +202,12 @@ def test_link_labels_writes_only_those_entities(cli_index, ner_dir, tiny_model, 
 def test_redirected_output_has_no_colour_codes():
     result = runner.invoke(app, ["link"])  # a mistake, said with wasabi's msg.fail
     assert result.exit_code != 0 and "Give either a TEXT" in result.output and "\x1b[" not in result.output
+
+
+def test_an_unusable_cache_folder_is_one_sentence_not_a_traceback(tmp_path, monkeypatch):
+    taken = tmp_path / "a-file"
+    taken.write_text("not a folder")
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(taken))
+    result = runner.invoke(app, ["link", "lactic acidosis"])
+    assert result.exit_code == 1 and "cannot be used as a cache folder" in said(result)
+    assert isinstance(result.exception, SystemExit)  # said and exited, no traceback
