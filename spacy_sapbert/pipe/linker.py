@@ -73,7 +73,7 @@ class PipeSettings:
             self.attributes = {**ATTRIBUTES, **self.attributes}
         if not (isinstance(self.attributes, dict) and set(self.attributes) == set(ATTRIBUTES)
                 and all(isinstance(v, str) and v for v in self.attributes.values())):
-            raise ValueError(f"attributes ({self.attributes!r}) must name the three Span extensions, such as "
+            raise ValueError(f"attributes ({self.attributes!r}) must name the Span extensions {sorted(ATTRIBUTES)}, such as "
                              f"{ATTRIBUTES}; set it in the sapbert_linker config.")
 
 
@@ -142,7 +142,6 @@ def make_sapbert_linker(nlp: Language, name: str, encoder: EncoderLoader, index:
     encoder, index, scoring: the registered sub-configs (`pipe.loaders`). settings: the knobs of
     `candidates.CandidateSettings` and `PipeSettings` (README, Config).
     """
-    settings = {key: value for key, value in settings.items() if not (key in LEGACY_KEYS and value is None)}
     linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, scoring=scoring, **settings)
     linker.nlp = nlp
     if not isinstance(nlp._pipe_configs, _PipeConfigs):
@@ -200,22 +199,22 @@ def _register_extensions(cui_attr: str, score_attr: str, *candidate_attrs: str) 
 def _legacy_keys(encoder: Optional[EncoderLoader], index, scoring: Optional[Scoring], settings: dict):
     """(encoder loader, index loader, scoring) with the keys of a config written before 0.2 (flat
     `model`, `precision`, …, `index` as a string, flat scoring and attribute names) moved where
-    they belong now, with one deprecation warning; `settings` loses those keys."""
-    if settings.get("linker_name") is not None:
+    they belong now, with one deprecation warning; `settings` loses those keys (null ones are
+    what a filled config of today holds)."""
+    for key in LEGACY_KEYS:
+        if key in settings and settings[key] is None:
+            del settings[key]
+    if "linker_name" in settings:
         raise ValueError(f"linker_name ({settings['linker_name']!r}) is scispaCy's key; sapbert_linker searches the "
                          "index its `index` sub-config names: \"default\" or a directory from `spacy-sapbert "
                          "build-index` (README, Bring your own knowledge base).")
-    settings.pop("linker_name", None)
-    flat = {FLAT_ENCODER_KEYS[key]: value for key in list(settings) if key in FLAT_ENCODER_KEYS
-            for value in [settings.pop(key)] if value is not None}
+    flat = {FLAT_ENCODER_KEYS[key]: settings.pop(key) for key in list(settings) if key in FLAT_ENCODER_KEYS}
     flat_scoring = {key: settings.pop(key) for key in FLAT_SCORING_KEYS if key in settings}
-    flat_scoring = {key: value for key, value in flat_scoring.items() if value is not None}
     attributes = {FLAT_ATTRIBUTE_KEYS[key]: settings.pop(key) for key in list(settings) if key in FLAT_ATTRIBUTE_KEYS}
     if flat or flat_scoring or attributes or isinstance(index, (str, Path)) or "follow_long_forms" in settings:
-        warnings.warn("sapbert_linker's flat keys (model, precision, pooling, max_length, device, threads, "
-                      "encoder_batch_size, index = \"…\", sparse_weight, marginal_tau, exact_first, cui_attr, "
-                      "score_attr, candidates_attr, follow_long_forms) are deprecated since 0.2: write them in its "
-                      "[encoder], [index] and [scoring] sub-configs and `attributes` (CHANGELOG.md).",
+        legacy = ", ".join(key for key in LEGACY_KEYS if key not in SCISPACY_KEYS)
+        warnings.warn(f"sapbert_linker's flat keys ({legacy}, and index = \"…\") are deprecated since 0.2: write "
+                      "them in its [encoder], [index] and [scoring] sub-configs and `attributes` (CHANGELOG.md).",
                       FutureWarning, stacklevel=5)
     if attributes:
         settings["attributes"] = {**ATTRIBUTES, **settings.get("attributes", {}), **attributes}
