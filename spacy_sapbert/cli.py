@@ -152,6 +152,7 @@ def convert_index(
     index_type: IndexType = typer.Option(IndexType.hnsw_sq8, "--index-type", help="FAISS index type to convert to."),
     dim: Optional[int] = typer.Option(None, "--dim", help="Project names onto this many leading singular directions first (smaller, approximate)."),
     compress_kb: bool = typer.Option(False, "--compress-kb", help="Store the KB gzip-compressed (kb.jsonl.gz), as the bundled index does."),
+    graph: bool = typer.Option(False, "--graph", help="sq types: build the search graph over the codes now and store its links (graph.npz), so that first use sets them instead of building them, as the bundled index does."),
     ef_search: Optional[int] = typer.Option(None, "--ef-search", help="hnsw types: candidates kept while searching (default 256; 1024 keeps recall@10 at 0.99 for 4M names)."),
     prefer: str = typer.Option("", "--prefer", help="Comma-separated id patterns (regular expressions matching whole ids), best first: a name several concepts of one label bear is kept only for the best (e.g. 'D[0-9]+,C[0-9]+': MeSH descriptors, then supplementary concepts, then the rest)."),
 ):
@@ -163,9 +164,9 @@ def convert_index(
         index = ConceptIndex.load(source).converted(index_type.value, dim=dim, prefer=patterns)
         if ef_search is not None:
             index.set_ef_search(ef_search)
+        index.save(output, compress_kb=compress_kb, graph=graph)
     except _user_errors() as err:
         _fail(err)
-    index.save(output, compress_kb=compress_kb)
     size = sum(f.stat().st_size for f in output.iterdir() if f.is_file())
     msg.good(f"Wrote {index} ({size / 1e6:.0f} MB) to {output}")
 

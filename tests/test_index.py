@@ -7,12 +7,14 @@ from spacy_sapbert.encoders.transformer import TorchEncoder
 from spacy_sapbert.ranking.concepts import search_concepts
 from spacy_sapbert.search.index import (
     FAISS_FILE,
+    GRAPH_FILE,
     KB_FILE,
     KB_FILE_GZ,
     META_FILE,
     ROWS_FILE,
     ConceptIndex,
     ConceptIndexError,
+    _graph_over_codes,
 )
 
 QUERIES = ["diabetes type two", "lactate acidosis", "platinum drug", "kidney failure", "tumor", "aspirin"]
@@ -202,3 +204,26 @@ def test_projected_compact_index_unpacks_to_a_graph_over_its_own_codes(large_kb,
         loaded.converted("hnsw-sq8")
     with pytest.raises(ConceptIndexError, match="Cannot project 32-d vectors to 64 dimensions"):
         exact.converted("sq8", dim=64)
+
+
+def test_compact_index_ships_the_links_of_its_graph(large_exact, tiny_encoder, tmp_path):
+    """save(graph=True) stores the links of the graph over the codes; unpacking then sets them
+    instead of building, and gives the built graph byte for byte. Damaged links fail in one
+    sentence, and an exact index has no graph to store."""
+    import faiss
+
+    compact = large_exact.converted("sq6", dim=16)
+    plain = ConceptIndex.load(compact.save(tmp_path / "plain"), encoder=tiny_encoder)
+    shipped = ConceptIndex.load(compact.save(tmp_path / "shipped", graph=True), encoder=tiny_encoder)
+    assert plain.stored_links() is None and GRAPH_FILE in shipped.meta["files"]
+    built, unpacked = plain.converted("hnsw-sq6"), shipped.converted("hnsw-sq6")
+    assert faiss.serialize_index(built.index).tobytes() == faiss.serialize_index(unpacked.index).tobytes()
+    # Saved again without graph, the directory no longer claims the links.
+    assert not (shipped.save(tmp_path / "shipped").joinpath(GRAPH_FILE)).exists()
+
+    links = dict(ConceptIndex.load(compact.save(tmp_path / "cut", graph=True)).stored_links())
+    links["levels"] = links["levels"][:-1]
+    with pytest.raises(ConceptIndexError, match="stored graph links do not fit"):
+        _graph_over_codes(compact.index, links)
+    with pytest.raises(ConceptIndexError, match="Only a scalar-quantised index"):
+        large_exact.save(tmp_path / "exact", graph=True)

@@ -110,3 +110,15 @@ def test_the_bundled_index_names_its_rows():
 
     index = ConceptIndex.load(BUNDLED_INDEX)
     assert len(index.row_names()) == len(index)
+
+
+def test_the_bundled_index_ships_the_links_of_its_graph():
+    """First use sets the bundled index's search graph from the links it ships (graph.npz,
+    checksummed like its other files) instead of building it for 22 s."""
+    from spacy_sapbert.assets import BUNDLED_INDEX
+    from spacy_sapbert.search.index import GRAPH_FILE
+
+    meta = json.loads((BUNDLED_INDEX / "meta.json").read_text())
+    assert GRAPH_FILE in meta["files"] and meta["index_type"] == "sq6"
+    links = ConceptIndex.load(BUNDLED_INDEX).stored_links()
+    assert len(links["levels"]) == meta["n_names"]

@@ -83,7 +83,7 @@ class EncoderLoader:
 @dataclass
 class IndexLoader:
     """Where concepts are searched: "default" (the bundled MeSH + MONDO index: HNSW over 6-bit
-    codes, the graph built on first use), "default-exact" (the same names, flat fp32) or an
+    codes, the graph set from its shipped links on first use), "default-exact" (the same names, flat fp32) or an
     index directory from `spacy-sapbert build-index`."""
 
     index: str = DEFAULT

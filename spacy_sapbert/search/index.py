@@ -41,6 +41,8 @@ ROW_KEYS_VERSION = 1
 KB_FILE = "kb.jsonl"
 # The KB as a bundled index stores it (save(compress_kb=True)).
 KB_FILE_GZ = "kb.jsonl.gz"
+# The links of a scalar-quantised index's search graph, stored beside its codes (save(graph=True)).
+GRAPH_FILE = "graph.npz"
 
 
 class ConceptIndexError(ValueError):
@@ -134,20 +136,25 @@ def _projection(vectors: np.ndarray, dim: int) -> faiss.LinearTransform:
     return transform
 
 
-def _graph_over_codes(index: faiss.Index) -> faiss.Index:
+def _graph_over_codes(index: faiss.Index, links: Optional[Dict[str, np.ndarray]] = None) -> faiss.Index:
     """An HNSW graph over a scalar-quantised flat index's own codes (behind its projection, if
     any): the same quantiser, so every name keeps exactly its code and nothing is lost twice.
 
     This is how a bundled index is unpacked on a user's machine, so the graph is lighter than
     a fresh hnsw-sq8's (16 links a node, efConstruction 100): it builds in half the time and
-    memory for the same dev Acc@1 (README, The default model and index)."""
+    memory for the same dev Acc@1 (docs/results.md). links: the graph's links as graph_links
+    returned them when it was built (the bundled index ships them, GRAPH_FILE), set instead of
+    built: the same graph, byte for byte, in a second instead of 22 s."""
     outer = faiss.downcast_index(index)
     inner = faiss.downcast_index(outer.index) if isinstance(outer, faiss.IndexPreTransform) else outer
     graph = _hnsw_sq(inner.d, inner.sq.qtype, m=16, ef_construction=100)
     storage = faiss.downcast_index(graph.storage)
     storage.sq = inner.sq
     storage.is_trained = graph.is_trained = True
-    graph.add(inner.reconstruct_n(0, inner.ntotal))
+    if links is not None:
+        _set_links(graph, inner, links)
+    else:
+        graph.add(inner.reconstruct_n(0, inner.ntotal))
     if not np.array_equal(faiss.vector_to_array(storage.codes), faiss.vector_to_array(inner.codes)):
         raise ConceptIndexError("Re-encoding the quantised vectors changed their codes; convert from an exact index.")
     if outer is inner:
@@ -156,6 +163,43 @@ def _graph_over_codes(index: faiss.Index) -> faiss.Index:
     for i in reversed(range(outer.chain.size())):
         wrapped.prepend_transform(_copy_linear(faiss.downcast_VectorTransform(outer.chain.at(i))))
     return wrapped
+
+
+# The links of an HNSW graph: its arrays as FAISS holds them, and its entry point and top level.
+GRAPH_ARRAYS = ("levels", "offsets", "neighbors")
+
+
+def _inner_graph(index: faiss.Index) -> faiss.IndexHNSW:
+    outer = faiss.downcast_index(index)
+    return faiss.downcast_index(outer.index) if isinstance(outer, faiss.IndexPreTransform) else outer
+
+
+def graph_links(index: faiss.Index) -> Dict[str, np.ndarray]:
+    """The links of the HNSW graph in `index` (hnsw-sq*, projected or not), as _graph_over_codes
+    takes them back: what GRAPH_FILE stores beside a scalar-quantised index's codes."""
+    hnsw = _inner_graph(index).hnsw
+    links = {name: faiss.vector_to_array(getattr(hnsw, name)) for name in GRAPH_ARRAYS}
+    links["entry"] = np.array([hnsw.entry_point, hnsw.max_level], dtype=np.int64)
+    return links
+
+
+def _set_links(graph: faiss.IndexHNSW, codes: faiss.Index, links: Dict[str, np.ndarray]) -> None:
+    """Give `graph` (fresh, over `codes`' quantiser) `codes`' codes and the stored `links`."""
+    missing = [name for name in (*GRAPH_ARRAYS, "entry") if name not in links]
+    levels = links.get("levels", np.zeros(0))
+    if missing or len(levels) != codes.ntotal or len(links["offsets"]) != codes.ntotal + 1 \
+            or int(links["offsets"][-1]) != len(links["neighbors"]):
+        raise ConceptIndexError(f"The stored graph links do not fit the index's {codes.ntotal} codes; "
+                                "rebuild the index.")
+    storage = faiss.downcast_index(graph.storage)
+    faiss.copy_array_to_vector(faiss.vector_to_array(codes.codes), storage.codes)
+    storage.ntotal = graph.ntotal = codes.ntotal
+    hnsw = graph.hnsw
+    for name in GRAPH_ARRAYS:
+        array = links[name]
+        faiss.copy_array_to_vector(np.ascontiguousarray(array, dtype=faiss.vector_to_array(getattr(hnsw, name)).dtype),
+                                   getattr(hnsw, name))
+    hnsw.entry_point, hnsw.max_level = (int(v) for v in links["entry"])
 
 
 def _copy_linear(transform: faiss.LinearTransform) -> faiss.LinearTransform:
@@ -337,7 +381,7 @@ class ConceptIndex:
             index = make_faiss_index(vectors, index_type, dim)
             projected = dim if dim and dim != vectors.shape[1] else None
         elif current in SQ_TYPES and index_type == f"hnsw-{current}" and dim is None and not prefer:
-            index = _graph_over_codes(self.index)
+            index = _graph_over_codes(self.index, self.stored_links())
             projected = self.meta.get("projected_dim")
         else:
             raise ConceptIndexError(
@@ -542,17 +586,38 @@ class ConceptIndex:
             vectors = np.ascontiguousarray(projected + bias if bias is not None else projected, dtype=np.float32)
         return searched, vectors
 
-    def save(self, path: Union[str, Path], compress_kb: bool = False) -> Path:
+    def stored_links(self) -> Optional[Dict[str, np.ndarray]]:
+        """The links of this scalar-quantised index's search graph, when its directory stores
+        them (GRAPH_FILE); None when the graph must be built."""
+        if self.path is None or GRAPH_FILE not in self.meta.get("files", {}):
+            return None
+        with np.load(self.path / GRAPH_FILE) as stored:
+            return {name: stored[name] for name in stored.files}
+
+    def save(self, path: Union[str, Path], compress_kb: bool = False, graph: bool = False) -> Path:
         """Write the index as a self-contained directory; return it. compress_kb: store the KB
-        gzip-compressed (kb.jsonl.gz, about 5× smaller), as a bundled index does."""
+        gzip-compressed (kb.jsonl.gz, about 5× smaller), as a bundled index does. graph: for a
+        scalar-quantised index, build its search graph now and store the links (GRAPH_FILE,
+        about 8 MB for 208k names), so that a user's first search sets them instead of building."""
         path = Path(path)
+        current = self.meta.get("index_type", "flat")
+        if graph and current not in SQ_TYPES:
+            raise ConceptIndexError(f"Only a scalar-quantised index ({', '.join(SQ_TYPES)}) stores its graph's "
+                                    f"links; this one is {current}.")
+        links = graph_links(_graph_over_codes(self.index, self.stored_links())) if graph else None
         path.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self.index, str(path / FAISS_FILE))
         np.save(path / ROWS_FILE, self.row_concepts)
         kb_file = KB_FILE_GZ if compress_kb else KB_FILE
         write_jsonl(self.kb, path / kb_file)
+        files = [FAISS_FILE, ROWS_FILE, kb_file]
+        if links is not None:
+            np.savez_compressed(path / GRAPH_FILE, **links)
+            files.append(GRAPH_FILE)
+        elif (path / GRAPH_FILE).exists():
+            (path / GRAPH_FILE).unlink()
         meta = dict(self.meta)
-        meta["files"] = file_records(path, (FAISS_FILE, ROWS_FILE, kb_file))
+        meta["files"] = file_records(path, files)
         (path / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
         return path
 

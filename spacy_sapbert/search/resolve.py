@@ -1,5 +1,5 @@
-"""The index for an index name (`resolve_index`): the bundled index's search graph, built over
-its own codes and cached on first use, or, for a model the bundled index was not built with, an
+"""The index for an index name (`resolve_index`): the bundled index's search graph, set from
+the links it ships over its own codes and cached on first use, or, for a model the bundled index was not built with, an
 index of the bundled KB's names built and cached under `SPACY_SAPBERT_CACHE`."""
 import json
 import logging
@@ -88,15 +88,19 @@ def default_index_path(encoder) -> Path:
 
 def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
     """The cached HNSW graph over the codes of the scalar-quantised index at `compact` (the
-    bundled index, or its copy in a saved pipeline), built once in seconds; keyed by the codes'
-    checksum, so every copy of one index shares it."""
+    bundled index, or its copy in a saved pipeline), made once: set from the links `compact`
+    stores, or built; keyed by the codes' checksum, so every copy of one index shares it."""
     from .index import ConceptIndex
 
     meta = json.loads((compact / "meta.json").read_text(encoding="utf-8"))
+    from .index import GRAPH_FILE
+
     graph_type = f"hnsw-{meta['index_type']}"
     cached = _graph_cache(meta)
-    # 22 s for the bundled index's 208k names on 2 quiet cores, about in proportion beyond
-    seconds = 22 * meta.get("n_names", GRAPH_NAMES_MEASURED) / GRAPH_NAMES_MEASURED
+    # Built: 22 s for the bundled index's 208k names on 2 quiet cores, about in proportion beyond;
+    # set from the links the index stores (the bundled one does): about 2 s with the checksums.
+    per_graph = 2 if GRAPH_FILE in meta.get("files", {}) else 22
+    seconds = per_graph * meta.get("n_names", GRAPH_NAMES_MEASURED) / GRAPH_NAMES_MEASURED
     return cached_build(cached, lambda staging: ConceptIndex.load(compact).converted(graph_type).save(staging),
                         lambda path: _cached_index_intact(path, encoder.fingerprint),
                         what or f"search graph of {compact}", takes=f"about {seconds:.0f} s", seconds=seconds)
