@@ -257,9 +257,9 @@ class CandidateGenerator:
         """The concepts (of `types`) that have `text` as the name of a row, each with score 1.0,
         in row order."""
         rows = self.index.rows_named(name_hash(text))
-        entities = self.index.kb.cui_to_entity
-        ids = dict.fromkeys(self.index.concept_ids[c] for c in self.index.row_concepts[rows])
-        return [(c, 1.0) for c in ids if not types or entities[c].has_type(types)][: self.settings.k]
+        positions = dict.fromkeys(int(c) for c in self.index.row_concepts[rows])
+        return [(self.index.concept_ids[c], 1.0) for c in positions
+                if not types or self.index.has_type(c, types)][: self.settings.k]
 
     def _remember(self, new: Dict[Mention, Candidates]) -> None:
         if not self.settings.cache_size:

@@ -227,3 +227,29 @@ def test_compact_index_ships_the_links_of_its_graph(large_exact, tiny_encoder, t
         _graph_over_codes(compact.index, links)
     with pytest.raises(ConceptIndexError, match="Only a scalar-quantised index"):
         large_exact.save(tmp_path / "exact", graph=True)
+
+
+def test_a_loaded_index_reads_its_kb_only_when_asked(flat_index, tiny_encoder, tmp_path):
+    """Linking needs only the concepts' ids and types (concepts.json): the KB is read on first
+    use of .kb, and one edited apart from concepts.json fails in one sentence."""
+    import json
+
+    from spacy_sapbert.cache import file_records
+
+    saved = flat_index.save(tmp_path / "index")
+    loaded = ConceptIndex.load(saved, encoder=tiny_encoder)
+    assert loaded._kb is None
+    queries = tiny_encoder.encode(QUERIES)
+    assert (search_concepts(loaded, queries, k=3, type_prefixes=["D"])
+            == search_concepts(flat_index, queries, k=3, type_prefixes=["D"]))
+    assert loaded._kb is None
+    assert [c.concept_id for c in loaded.kb] == flat_index.concept_ids
+
+    meta = json.loads((saved / META_FILE).read_text())
+    lines = (saved / KB_FILE).read_text().splitlines()
+    (saved / KB_FILE).write_text("\n".join(lines[1:] + lines[:1]) + "\n")
+    meta["files"] = {k: v for k, v in meta["files"].items() if k != KB_FILE}
+    meta["files"].update(file_records(saved, [KB_FILE]))
+    (saved / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ConceptIndexError, match="does not hold the concepts of concepts.json"):
+        ConceptIndex.load(saved).kb

@@ -38,7 +38,7 @@ class EncoderLoader:
         time; exported on first use and cached) or "fp32" (the model itself with torch; exact).
     pooling: "cls", "mean", "mention" (a model trained on contexts) or "auto" (what the model directory records).
     max_length: tokens per mention. device: "cpu", "cuda" or "auto" (fp32 only on a GPU).
-    threads: ONNX Runtime threads for int8 (0: one per physical core).
+    threads: int8 ONNX Runtime calls run side by side, one thread each (0: one per CPU).
     batch_size: mentions per forward pass; they are sorted by length, so small batches pad
         little (README, Speed and memory).
     """

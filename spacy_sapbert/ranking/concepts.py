@@ -73,7 +73,7 @@ def marginal_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.nda
 class RowSearch(Protocol):
     """What ranking asks of an index (`search.index.ConceptIndex`, `search.tfidf.SparseConceptIndex`):
     name rows and their scores, nothing about concepts. Exact names first (search_concepts'
-    exact_keys) also asks `row_keys()`, `rows_named(key)` and `kb`, which ConceptIndex has."""
+    exact_keys) also asks `row_keys()`, `rows_named(key)` and `has_type`, which ConceptIndex has."""
 
     row_concepts: np.ndarray
     concept_ids: List[str]
@@ -138,8 +138,7 @@ def _named_elsewhere(index: RowSearch, key: int, hits: np.ndarray,
     rows = [int(r) for r in index.rows_named(key) if int(r) not in reached]
     concepts = [int(index.row_concepts[r]) for r in rows]
     if type_prefixes:
-        entities = index.kb.cui_to_entity
-        concepts = [c for c in concepts if entities[index.concept_ids[c]].has_type(type_prefixes)]
+        concepts = [c for c in concepts if index.has_type(c, type_prefixes)]
     return list(dict.fromkeys(concepts))
 
 
