@@ -107,9 +107,11 @@ def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
 
 
 def _graph_cache(meta: dict) -> Path:
-    """Where the graph over a compact index's codes is cached: keyed by the codes' checksum."""
+    """Where the graph over a compact index's codes is cached: keyed by the codes' checksum.
+    ("index-graph-", not 0.1's "index-bundled-": those lack concepts.json, so they would read
+    the KB at every load.)"""
     digest = meta["files"]["index.faiss"]["sha256"][:16]
-    return cache_dir() / f"index-bundled-{digest}-hnsw-{meta['index_type']}"
+    return cache_dir() / f"index-graph-{digest}-hnsw-{meta['index_type']}"
 
 
 def compact_source(index_path: Path) -> Optional[Path]:
