@@ -9,7 +9,7 @@ SAMPLE := Patients with non-insulin-dependent diabetes mellitus (NIDDM) develope
 
 .PHONY: install install-dev demo test test-slow wheel-check bench clean
 
-# The runtime only (requirements.txt): spaCy, scispaCy, ONNX Runtime, FAISS, tokenizers; no torch.
+# The runtime only (requirements.txt): spaCy, ONNX Runtime, FAISS, tokenizers; no torch.
 $(RUNTIME): requirements.txt setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -r requirements.txt

@@ -7,7 +7,7 @@ from spacy_sapbert.training.data import datasets as ds
 from spacy_sapbert.pipe.abbreviations import expand_abbreviations, linked_text, short_form_segments
 from spacy_sapbert.training.data.protocol import build_queries, document_abbreviations
 
-from conftest import ruler_nlp
+from conftest import SHARED_DATA, ruler_nlp
 
 
 def defined(text, missed=True):
@@ -247,3 +247,43 @@ def test_the_pipe_keeps_a_name_of_the_index_as_written(tmp_path, tiny_model, tin
                                            "index": {"index": str(index_dir)}, "threshold": 0.0})
     doc = nlp("Galactosylceramidase (GALC) is an enzyme. Mice with diminished GALC activity.")
     assert [(e.text, e._.cui) for e in doc.ents][-1] == ("diminished GALC activity", "C538554")
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "bc5cdr").exists(), reason="needs ../shared/data")
+def test_the_copied_detector_finds_what_scispacys_finds():
+    """pipe/schwartz_hearst.py is scispaCy 0.6.2's detector, for a runtime without scispaCy: the
+    two find the same short forms and long forms over the 500 BC5CDR dev abstracts."""
+    from scispacy.abbreviation import AbbreviationDetector as Theirs
+
+    from spacy_sapbert.pipe.schwartz_hearst import AbbreviationDetector as Ours
+
+    nlp = spacy.blank("en")
+    ours, theirs = Ours(nlp, make_serializable=True), Theirs(nlp, make_serializable=True)
+    corpus = ds.load_pubtator_split("bc5cdr-chemical", "dev", SHARED_DATA)
+    found = 0
+    for document in corpus.documents:
+        first, second = ours(nlp.make_doc(document.text))._.abbreviations, theirs(nlp.make_doc(document.text))._.abbreviations
+        assert first == second
+        found += len(first)
+    assert found > 500
+
+
+def test_without_scispacy_the_factory_is_the_copy_and_resolves_short_forms():
+    """With scispaCy not importable, add_pipe("abbreviation_detector") finds the copy through the
+    package's entry point, and the linker's long forms use it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['scispacy'] = None\n"
+        "import spacy\n"
+        "nlp = spacy.blank('en')\n"
+        "detector = nlp.add_pipe('abbreviation_detector')\n"
+        "assert type(detector).__module__ == 'spacy_sapbert.pipe.schwartz_hearst', type(detector)\n"
+        "doc = nlp('Patients with non-insulin-dependent diabetes mellitus (NIDDM) took it.')\n"
+        "from spacy_sapbert.pipe.abbreviations import long_forms\n"
+        "print({s: f.text for s, f in long_forms(doc).items()})\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "'NIDDM': 'non-insulin-dependent diabetes mellitus'" in out.stdout

@@ -64,8 +64,14 @@ def find_cycle(graph: dict):
     return None
 
 
+# Code copied from another project as it stands there, kept so that it can be compared line for line.
+COPIED = {"spacy_sapbert/pipe/schwartz_hearst.py"}
+
+
 def long_functions():
     for module, path in _modules():
+        if str(path.relative_to(ROOT)) in COPIED:
+            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1

@@ -51,7 +51,7 @@ def undefined_short_forms(entities: Sequence[Span], found: Dict[str, Span]) -> D
     "insulin-dependent diabetes mellitus" for IDDM, never "DMPK deficient" for DM. On the
     train splits of NCBI-disease and BC5CDR these resolved 115 mentions, every one to an entity
     of the same gold concept."""
-    from scispacy.abbreviation import find_abbreviation
+    from .abbreviation_detector import find_abbreviation
 
     longer = [ent for ent in entities if len(ent.text.split()) >= 2 and not _short_form(ent.text)]
     added: Dict[str, Span] = {}
@@ -207,7 +207,7 @@ def _plural(short: str) -> bool:
 
 def _long_form(doc: Doc, open_at: int, short: str) -> Optional[Span]:
     """The long form of `short` in the words before the parenthesis at `open_at`, or None."""
-    from scispacy.abbreviation import find_abbreviation
+    from .abbreviation_detector import find_abbreviation
 
     if len(short) == 1:
         word = doc[open_at - 1]

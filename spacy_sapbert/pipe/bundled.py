@@ -56,14 +56,12 @@ def load_ner() -> Language:
 
 
 def add_abbreviation_detector(nlp: Language) -> Language:
-    """Add scispaCy's AbbreviationDetector when scispaCy is installed and the pipeline has none."""
+    """Add the abbreviation detector (scispaCy's, or its copy where scispaCy is not installed)
+    when the pipeline has none."""
     if "abbreviation_detector" in nlp.pipe_names:
         return nlp
-    try:
-        import scispacy.abbreviation  # noqa: F401  (registers the factory)
-    except ImportError:
-        logger.warning("scispaCy is not installed, so abbreviations are not resolved.")
-        return nlp
+    from . import abbreviation_detector  # noqa: F401  (registers the factory)
+
     nlp.add_pipe("abbreviation_detector", before="sapbert_linker")
     return nlp
 

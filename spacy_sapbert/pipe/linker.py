@@ -26,7 +26,7 @@ from .loaders import ENCODER_CONFIG, INDEX_CONFIG, SCORING_CONFIG, EncoderLoader
 logger = logging.getLogger(__name__)
 # scispaCy's AbbreviationDetector runs an empty Matcher on every document without a definition,
 # and spaCy warns (W036) each time; only that warning, from that module, is silenced.
-warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"scispacy\.abbreviation")
+warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"(scispacy\.abbreviation|spacy_sapbert\.pipe\.schwartz_hearst)")
 
 MODEL_DIR = "model"
 INDEX_DIR = "index"
@@ -372,7 +372,7 @@ class SapBERTLinker(Pipe):
         """Whether a scispaCy AbbreviationDetector runs before this pipe: only then are the
         definitions it misses added, so that a pipeline without one resolves nothing, whatever
         another pipeline of the process registered."""
-        from scispacy.abbreviation import AbbreviationDetector
+        from .abbreviation_detector import AbbreviationDetector
 
         for _, pipe in self.nlp.pipeline if self.nlp is not None else ():
             if pipe is self:

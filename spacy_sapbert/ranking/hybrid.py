@@ -4,7 +4,7 @@ import json
 import logging
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse
@@ -34,13 +34,65 @@ def char_wb_ngrams(text: str, n: int = 3) -> List[str]:
     return grams
 
 
+def fit_char_tfidf(names: Sequence[str]) -> Tuple[Dict[str, int], np.ndarray, scipy.sparse.csr_matrix]:
+    """(vocabulary, idf, unit name vectors) of `names`, bit for bit what scikit-learn's
+    TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3), dtype=float32) fits (version 1.9:
+    its arithmetic and its order of stored entries, which the sums of the hybrid score follow),
+    so that first use needs no scikit-learn (tests/test_hybrid.py holds it to the original).
+
+    The n-grams are numbered as first met, each name's counted in that order, then renumbered
+    in sorted order; idf = ln((1 + n) / (1 + df)) + 1 in float32; each row is divided by the
+    square root of its float32 squares summed in float64, in stored order."""
+    first_met: Dict[str, int] = {}
+    indices: List[int] = []
+    counts: List[int] = []
+    indptr = [0]
+    for name in names:
+        counter: Dict[int, int] = {}
+        for gram in char_wb_ngrams(name):
+            column = first_met.setdefault(gram, len(first_met))
+            counter[column] = counter.get(column, 0) + 1
+        # scikit-learn sorts each row by first-met number before renumbering the columns.
+        for column in sorted(counter):
+            indices.append(column)
+            counts.append(counter[column])
+        indptr.append(len(indices))
+    renumber = np.empty(len(first_met), dtype=np.int32)
+    vocabulary: Dict[str, int] = {}
+    for new, (gram, old) in enumerate(sorted(first_met.items())):
+        vocabulary[gram] = new
+        renumber[old] = new
+    columns = renumber[np.asarray(indices, dtype=np.int64)]
+    pointers = np.asarray(indptr, dtype=np.int32)
+    df = np.bincount(columns, minlength=len(vocabulary)).astype(np.float32)
+    df += np.float32(1.0)
+    idf = np.full_like(df, len(pointers), dtype=np.float32)  # n + 1 names, smoothed
+    idf /= df
+    np.log(idf, out=idf)
+    idf += np.float32(1.0)
+    data = np.asarray(counts, dtype=np.float32) * idf[columns]
+    squares = (data * data).astype(np.float64)
+    lengths = np.diff(pointers)
+    sums = np.zeros(len(lengths), dtype=np.float64)
+    for offset in range(int(lengths.max()) if len(lengths) else 0):  # row by row in stored order
+        rows = np.flatnonzero(lengths > offset)
+        sums[rows] += squares[pointers[rows] + offset]
+    norms = np.sqrt(sums)
+    row_of = np.repeat(np.arange(len(lengths)), lengths)
+    divisor = np.where(norms[row_of] == 0.0, 1.0, norms[row_of])
+    data = (data.astype(np.float64) / divisor).astype(np.float32)
+    vectors = scipy.sparse.csr_matrix((data, columns.astype(np.int32), pointers), shape=(len(lengths), len(vocabulary)))
+    return vocabulary, idf, vectors
+
+
 class HybridRescorer:
     """BioSyn's hybrid score for dense search hits: cosine + weight × the char 3-gram tf-idf
     cosine of the mention and the hit's name (the idf fitted on the names), divided by
     1 + weight so that scores stay on the cosine's scale (1 for an exact name) and `threshold`
     keeps its meaning; the order is BioSyn's.
 
-    names: each index row's name (ConceptIndex.row_names), fitted with scikit-learn; or `state`,
+    names: each index row's name (ConceptIndex.row_names), fitted as scikit-learn would
+    (fit_char_tfidf); or `state`,
     a folder `save` wrote (for_index caches one per index). weight: the sparse weight a model
     was trained with (SPARSE_FILE).
     """
@@ -61,12 +113,7 @@ class HybridRescorer:
             if not (len(self.vocabulary) == len(self.idf) == self.name_vectors.shape[1]):
                 raise ValueError(f"{state} holds name vectors of another vocabulary")
             return
-        from ..search.tfidf import char_ngram_vectorizer
-
-        vectorizer = char_ngram_vectorizer()
-        self.name_vectors = vectorizer.fit_transform(list(names)).tocsr()
-        self.vocabulary = {gram: int(column) for gram, column in vectorizer.vocabulary_.items()}
-        self.idf = vectorizer.idf_.astype(np.float32)
+        self.vocabulary, self.idf, self.name_vectors = fit_char_tfidf(list(names))
 
     def save(self, folder: Path) -> None:
         """Write the fitted state (vocabulary, idf, name vectors) for HybridRescorer(None, w, folder)."""
