@@ -57,6 +57,37 @@ def test_names_are_fitted_as_scikit_learn_fits_them_without_scikit_learn(names):
         assert np.array_equal(ours, theirs) and ours.dtype == theirs.dtype
 
 
+def scipy_transform(rescorer, texts):
+    """HybridRescorer.transform as scipy's products computed it until 0.2.0: the reference."""
+    import scipy.sparse
+
+    from spacy_sapbert.ranking.hybrid import char_wb_ngrams
+
+    rows, columns = [], []
+    for row, text in enumerate(texts):
+        found = [rescorer.vocabulary[g] for g in char_wb_ngrams(text) if g in rescorer.vocabulary]
+        rows += [row] * len(found)
+        columns += found
+    counts = scipy.sparse.csr_matrix((np.ones(len(columns), dtype=np.float32), (rows, columns)),
+                                     shape=(len(texts), len(rescorer.vocabulary)))
+    weighted = counts.multiply(rescorer.idf[None, :]).tocsr()
+    norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1))).ravel()
+    return scipy.sparse.diags(1 / np.where(norms > 0, norms, 1)).dot(weighted).tocsr().astype(np.float32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="aAbé -(x)\t\n12Zz", max_size=60), min_size=1, max_size=12))
+def test_mention_vectors_are_scipys_bit_for_bit_stored_order_included(texts):
+    """The stored order matters: rescore's sums follow it (the 2,926 distinct NCBI and BC5CDR dev
+    mentions against the bundled index's names were compared the same way, and their rescores)."""
+    names = ["Lactic Acidosis", "acidosis, lactic", "x", "ab", "Ébola (AB-12)", "diabetes type 2", "a b",
+             "aaaa bbbb aaab", "zz12 12zz"]
+    rescorer = HybridRescorer(names, weight=1.0)
+    ours, theirs = rescorer.transform(texts), scipy_transform(rescorer, texts)
+    for a, b in ((ours.indptr, theirs.indptr), (ours.indices, theirs.indices), (ours.data, theirs.data)):
+        assert np.array_equal(a, b) and a.dtype == b.dtype
+
+
 def test_a_typo_finds_its_concept_through_the_sparse_term(tiny_index_dir, tiny_encoder):
     index = ConceptIndex.load(tiny_index_dir, encoder=tiny_encoder)
     query = "lactik acidossis"

@@ -156,17 +156,24 @@ class HybridRescorer:
 
     def transform(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
         """Unit tf-idf vectors of `texts` (n-grams the names lack are dropped), as scikit-learn's
-        fitted TfidfVectorizer gives them."""
-        rows, columns = [], []
+        fitted TfidfVectorizer gives them. Bit for bit, stored order included, what this gave when
+        it was scipy's products (counts × idf, divided by the row norms), in a quarter of the time
+        for one document's mentions; the order matters to the sums of `rescore`."""
+        vocabulary = self.vocabulary
+        keys: List[int] = []
+        width = len(vocabulary)
         for row, text in enumerate(texts):
-            found = [self.vocabulary[g] for g in char_wb_ngrams(text) if g in self.vocabulary]
-            rows += [row] * len(found)
-            columns += found
-        counts = scipy.sparse.csr_matrix((np.ones(len(columns), dtype=np.float32), (rows, columns)),
-                                         shape=(len(texts), len(self.vocabulary)))  # duplicates summed
-        weighted = counts.multiply(self.idf[None, :]).tocsr()
-        norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1))).ravel()
-        return scipy.sparse.diags(1 / np.where(norms > 0, norms, 1)).dot(weighted).tocsr().astype(np.float32)
+            keys += [row * width + vocabulary[g] for g in char_wb_ngrams(text) if g in vocabulary]
+        unique, counts = np.unique(np.asarray(keys, dtype=np.int64), return_counts=True)
+        rows, columns = np.divmod(unique, width) if width else (unique, unique)
+        weighted = counts.astype(np.float32) * self.idf[columns]
+        starts = np.searchsorted(rows, np.arange(len(texts) + 1))
+        norms = np.sqrt(_row_sums(weighted * weighted, starts))
+        data = (1 / np.where(norms > 0, norms, 1))[rows] * weighted
+        # The order scipy's diagonal product stored them in, which the sums below follow.
+        order = np.lexsort((-columns, rows))
+        return scipy.sparse.csr_matrix((data[order], columns[order].astype(np.int32), starts.astype(np.int32)),
+                                       shape=(len(texts), width))
 
     def for_texts(self, texts: Sequence[str]) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
         """The `rescore` of ConceptIndex.search for queries embedding `texts`, in order."""
@@ -183,3 +190,12 @@ class HybridRescorer:
         return rescore
 
 
+def _row_sums(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The sum of each row's `values` (rows start at starts[i], the last ends at starts[-1]), as
+    scipy sums a CSR matrix's rows (np.add.reduceat over the non-empty ones), so that transform
+    gives what scipy's products gave before, bit for bit."""
+    sums = np.zeros(len(starts) - 1, dtype=values.dtype if len(values) else np.float32)
+    nonempty = np.flatnonzero(np.diff(starts))
+    if len(nonempty):
+        sums[nonempty] = np.add.reduceat(values, starts[nonempty])
+    return sums
