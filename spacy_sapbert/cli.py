@@ -85,9 +85,9 @@ def _label_types_option(label_types: Optional[str], format: "KBFormat") -> dict:
 
 @app.command("build-index")
 def build_index(
-    kb: Path = typer.Option(..., "--kb", help="Knowledge-base file (MRCONSO.RRF for umls)."),
+    kb: Path = typer.Option(..., "--kb", help="Knowledge-base file (MRCONSO.RRF for umls), or a knowledge base by name: mesh, mondo, hpo, go, chebi, doid, umls:META_FOLDER (indexed into the cache, where the linker's index = NAME finds it)."),
     format: KBFormat = typer.Option(KBFormat.jsonl, "--format", help="Format of --kb."),
-    output: Path = typer.Option(..., "--output", help="Directory to write the index to."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Directory to write the index to (for a named knowledge base: instead of the cache)."),
     model: str = typer.Option(DEFAULT, "--model", help="Model directory or Hugging Face name."),
     index_type: IndexType = typer.Option(IndexType.flat, "--index-type", help="FAISS index type."),
     pooling: str = typer.Option("auto", "--pooling", help="cls, mean, mention (a contextual model's), or auto (the model's own)."),
@@ -102,7 +102,7 @@ def build_index(
         None, "--label-types", help='JSON {"Disease": ["C", "F03"]} stored as the index\'s default label→type map.'
     ),
     ef_search: Optional[int] = typer.Option(None, "--ef-search", help="hnsw types: candidates kept while searching (default 256; 1024 keeps recall@10 at 0.99 for 4M names)."),
-    precision: Precision = typer.Option(Precision.fp32, "--precision", help="fp32 (torch, exact), or int8 (ONNX Runtime: 6.6x the names/s on 2 CPU cores, for KBs of millions of names)."),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="fp32 (torch, exact; the default for a file), or int8 (ONNX Runtime: 6.6x the names/s on 2 CPU cores, no torch; the default for a named knowledge base, as the linker encodes)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Where name vectors stream to disk while building (default: OUTPUT.partial); a rerun resumes there."),
     chunk_size: int = typer.Option(65_536, "--chunk-size", help="Names encoded between two resume points."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace what --output already holds."),
@@ -115,7 +115,14 @@ def build_index(
     from .search.index import ConceptIndex
     from .encoders.loading import load_encoder
     from .kb.formats import load_kb
+    from .kb.named import is_named
 
+    if is_named(str(kb)) and not kb.exists():
+        return _build_named_index(str(kb), output, model, precision or Precision.int8, overwrite)
+    if output is None:
+        _fail(ValueError(f"--output is needed to index the file {kb}; only a knowledge base by name is indexed into "
+                         "the cache."))
+    precision = precision or Precision.fp32
     kwargs: Dict[str, object] = {}
     if format == KBFormat.mesh:
         kwargs = {"supplementary": supplementary, "tree_prefixes": trees.split(",") if trees else None}
@@ -143,6 +150,30 @@ def build_index(
     index.save(output)
     shutil.rmtree(work, ignore_errors=True)
     msg.good(f"Wrote {index} to {output}")
+
+
+def _build_named_index(name: str, output: Optional[Path], model: str, precision: "Precision", overwrite: bool) -> None:
+    """`build-index --kb NAME`: the index the linker's `index = NAME` searches, made as it would
+    make it on first use (the pipe's encoder), into the cache or `output`."""
+    import time
+
+    from .pipe.loaders import EncoderLoader
+    from .search.resolve import named_index_path
+
+    if output is not None and output.exists() and (not output.is_dir() or any(output.iterdir())):
+        if not overwrite:
+            _fail(ValueError(f"{output} already exists and is not empty; give another --output, or --overwrite to "
+                             "replace it."))
+        shutil.rmtree(output)
+    start = time.perf_counter()
+    try:
+        encoder = EncoderLoader(model=model, precision=precision.value).load()
+        path = named_index_path(name, encoder, output)
+    except (ValueError, OSError) + _user_errors() as err:
+        _fail(err)
+    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    msg.good(f"The {name} index is in {path} ({size / 1e6:.0f} MB, {time.perf_counter() - start:.0f} s); "
+             f'the linker finds it with config={{"index": {{"index": "{name}"}}}}.')
 
 
 @app.command("convert-index")
@@ -317,9 +348,13 @@ def _is_spacy_meta(path: Path) -> bool:
 
 
 @app.command("info")
-def info(path: Path = typer.Argument(..., help="An index directory, or a pipeline directory holding sapbert_linker.")):
-    """Show what an index (or a saved pipeline's linker) was built from."""
+def info(path: Optional[Path] = typer.Argument(None, help="An index directory, or a pipeline directory holding sapbert_linker; none: the knowledge bases the linker knows by name.")):
+    """Show what an index (or a saved pipeline's linker) was built from; with no PATH, the
+    knowledge bases by name and which of them are indexed in the cache."""
     from .search.index import META_FILE
+
+    if path is None:
+        return _named_info()
 
     # A saved pipeline's own meta.json is spaCy's; its linker keeps the index in <component>/index.
     candidates = [path / META_FILE, path / "index" / META_FILE, *sorted(path.glob(f"*/index/{META_FILE}"))]
@@ -338,6 +373,20 @@ def info(path: Path = typer.Argument(..., help="An index directory, or a pipelin
     size = sum(f.get("bytes", 0) for f in files.values() if isinstance(f, dict) and isinstance(f.get("bytes", 0), int))
     rows.append(("size", f"{size / 1e6:.1f} MB" if files else "unknown (no file records)"))
     msg.table(rows, title=str(meta_path.parent), divider=True)
+
+
+def _named_info() -> None:
+    from .cache import cache_dir
+    from .kb.named import NAMED_KBS
+
+    rows = []
+    for name, named in NAMED_KBS.items():
+        built = sorted(cache_dir().glob(f"index-named-{name}-*"))
+        size = sum(f.stat().st_size for d in built for f in d.iterdir() if f.is_file())
+        rows.append((name, named.what, named.measured or "", f"indexed ({size / 1e6:.0f} MB)" if built else "not yet"))
+    rows.append(("umls:META_FOLDER", "a UMLS release (MRCONSO.RRF, MRSTY.RRF)", "", ""))
+    msg.table(rows, header=("index", "knowledge base", "first use on 2 CPU cores", "in the cache"), divider=True,
+              title='Knowledge bases by name: config={"index": {"index": NAME}}, or build-index --kb NAME')
 
 
 # Other installed packages add commands through this entry-point group (the project's

@@ -205,9 +205,14 @@ def _legacy_keys(encoder: Optional[EncoderLoader], index, scoring: Optional[Scor
         if key in settings and settings[key] is None:
             del settings[key]
     if "linker_name" in settings:
+        from ..kb.named import NAMED_KBS
+
+        wanted = str(settings["linker_name"])
+        name = wanted if wanted in NAMED_KBS else "umls:META_FOLDER" if wanted == "umls" else "default"
         raise ValueError(f"linker_name ({settings['linker_name']!r}) is scispaCy's key; sapbert_linker searches the "
-                         "index its `index` sub-config names: \"default\" or a directory from `spacy-sapbert "
-                         "build-index` (README, Bring your own knowledge base).")
+                         f"index its `index` sub-config names: config={{\"index\": {{\"index\": \"{name}\"}}}}, "
+                         f"with \"default\", a knowledge base by name ({', '.join(NAMED_KBS)}, umls:META_FOLDER) "
+                         "or a directory from `spacy-sapbert build-index`.")
     flat = {FLAT_ENCODER_KEYS[key]: settings.pop(key) for key in list(settings) if key in FLAT_ENCODER_KEYS}
     flat_scoring = {key: settings.pop(key) for key in FLAT_SCORING_KEYS if key in settings}
     attributes = {FLAT_ATTRIBUTE_KEYS[key]: settings.pop(key) for key in list(settings) if key in FLAT_ATTRIBUTE_KEYS}

@@ -83,15 +83,19 @@ class EncoderLoader:
 @dataclass
 class IndexLoader:
     """Where concepts are searched: "default" (the bundled MeSH + MONDO index: HNSW over 6-bit
-    codes, the graph set from its shipped links on first use), "default-exact" (the same names, flat fp32) or an
-    index directory from `spacy-sapbert build-index`."""
+    codes, the graph set from its shipped links on first use), "default-exact" (the same names,
+    flat fp32), a named knowledge base ("mesh", "mondo", "hpo", "go", "chebi", "doid",
+    "umls:META_FOLDER"; kb/named.py), indexed on first use and cached, or an index directory
+    from `spacy-sapbert build-index`."""
 
     index: str = DEFAULT
 
     def calibration(self) -> Optional[Path]:
         """The index directory whose names calibrate an int8 export of a model that searches it;
         None for the bundled index (the export's default)."""
-        return None if self.index in (DEFAULT, DEFAULT_EXACT) else Path(self.index)
+        from ..kb.named import is_named
+
+        return None if self.index in (DEFAULT, DEFAULT_EXACT) or is_named(self.index) else Path(self.index)
 
     def load(self, encoder, graph_over: Optional[Path] = None):
         """The index for `encoder`; graph_over: a saved pipeline's compact index, searched

@@ -3,6 +3,7 @@ the links it ships over its own codes and cached on first use, or, for a model t
 index of the bundled KB's names built and cached under `SPACY_SAPBERT_CACHE`."""
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -23,7 +24,38 @@ def resolve_index(index: str, encoder) -> Optional[Path]:
         return default_index_path(encoder)
     if index == DEFAULT_EXACT:
         return exact_default_index_path(encoder)
+    from ..kb.named import is_named
+
+    if is_named(index):
+        return named_index_path(index, encoder)
     return Path(index)
+
+
+def named_index_path(name: str, encoder, output: Optional[Path] = None) -> Path:
+    """The index of the knowledge base `name` (kb.named: "mesh", "hpo", …, "umls:META_FOLDER")
+    for `encoder`, built on first use (the names encoded with a progress bar, then an HNSW graph
+    over 8-bit codes) and cached, or written to `output`."""
+    import hashlib
+
+    from ..kb.named import NAMED_KBS, SOURCE_VERSION, label_types, named_kb
+    from .index import ConceptIndex
+
+    precision = getattr(encoder, "precision", "fp32")
+    slug = name if name in NAMED_KBS else "umls-" + hashlib.sha256(name.encode()).hexdigest()[:12]
+    cached = output or cache_dir() / f"index-named-{slug}-{SOURCE_VERSION}-{encoder.fingerprint}-{precision}"
+
+    def build(staging: Path) -> None:
+        kb = named_kb(name)
+        index = ConceptIndex.build(kb, encoder, index_type="hnsw-sq8", show_progress=True,
+                                   work_dir=staging.with_name(staging.name + ".vectors"))
+        index.meta["label_types"] = label_types(name)
+        index.save(staging)
+        shutil.rmtree(staging.with_name(staging.name + ".vectors"), ignore_errors=True)
+
+    named = NAMED_KBS.get(name)
+    takes = named.measured if named and named.measured else "minutes to tens of minutes on a CPU"
+    return cached_build(cached, build, lambda path: _cached_index_intact(path, encoder.fingerprint),
+                        f"index of the {name} knowledge base", takes=takes)
 
 
 def _index_matches(path: Path, fingerprint: str) -> bool:

