@@ -53,7 +53,7 @@ def named_index_path(name: str, encoder, output: Optional[Path] = None) -> Path:
         shutil.rmtree(staging.with_name(staging.name + ".vectors"), ignore_errors=True)
 
     named = NAMED_KBS.get(name)
-    takes = named.measured if named and named.measured else "minutes to tens of minutes on a CPU"
+    takes = named.measured.split(",")[0] if named and named.measured else "minutes to tens of minutes on a CPU"
     return cached_build(cached, build, lambda path: _cached_index_intact(path, encoder.fingerprint),
                         f"index of the {name} knowledge base", takes=takes)
 

@@ -248,13 +248,14 @@ def evaluate_command(
     output: Optional[Path] = typer.Option(None, "--output", help="Write the metrics JSON here."),
     end_to_end: bool = typer.Option(
         False, "--end-to-end", help="Run the bundled NER, abbreviations and sapbert_linker (--model, --precision, "
-        "--sparse-weight, --marginal-tau) over whole BC5CDR documents (either bc5cdr dataset) and score spans and links per label.",
+        "--sparse-weight, --marginal-tau, --index) over whole BC5CDR documents (either bc5cdr dataset) and score spans and links per label.",
     ),
+    index: str = typer.Option("default", "--index", help="--end-to-end: the linker's index (default, a knowledge base by name such as mesh, or an index directory)."),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     if end_to_end:
         _end_to_end_command(dataset.value, split.value, data_dir, model, precision,
-                            _scoring(sparse_weight, marginal_tau), output)
+                            _scoring(sparse_weight, marginal_tau), output, index)
         return
     settings = dict(system=system.value, protocol=protocol.value, data_dir=data_dir, model=model, precision=precision,
                     index_type=index_type, training_precedence=training_precedence, sparse_weight=sparse_weight,
@@ -277,7 +278,7 @@ def evaluate_command(
 
 
 def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, precision: str,
-                        config: dict, output: Optional[Path]) -> None:
+                        config: dict, output: Optional[Path], index: str = "default") -> None:
     from spacy_sapbert.pipe.bundled import demo_pipeline
 
     from .end_to_end import LABELS, evaluate_end_to_end
@@ -286,8 +287,9 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
         msg.fail(f"--end-to-end scores BC5CDR documents; use --dataset bc5cdr-disease or bc5cdr-chemical, not {dataset}.")
         raise typer.Exit(1)
     try:
-        metrics = {"model": model, "precision": precision, **evaluate_end_to_end(
-            demo_pipeline(model=model, linker_config=config, encoder_config={"precision": precision}), split, data_dir)}
+        metrics = {"model": model, "precision": precision, "index": index, **evaluate_end_to_end(
+            demo_pipeline(model=model, index=index, linker_config=config, encoder_config={"precision": precision}),
+            split, data_dir)}
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)
