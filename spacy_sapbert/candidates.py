@@ -58,8 +58,9 @@ class Scoring:
         cosine of mention and name) / (1 + w) over the dense search's best names; 0 is dense only.
     marginal_tau: rank a mention's concepts by BioSyn's synonym-marginal score, the soft maximum
         tau × log Σ exp(score / tau) over each concept's names among the rows searched, so that a
-        concept many close names point to outranks one lone name; each concept keeps its best
-        name's score, which `threshold` reads; 0 ranks concepts by their best name.
+        concept many close names point to outranks one lone name; each concept shows that score
+        (at most 1), which `threshold` reads, so kb_ents reads in the order of its scores; 0
+        ranks and scores concepts by their best name.
     exact_first: the concepts holding a name that equals the mention (ignoring case and
         spacing) rank before the others, in the model's order, at score 1.0 (as an identical
         string), whether or not the search reached that name's row; the others stay as

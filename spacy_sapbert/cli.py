@@ -123,17 +123,10 @@ def build_index(
         _fail(ValueError(f"--output is needed to index the file {kb}; only a knowledge base by name is indexed into "
                          "the cache."))
     precision = precision or Precision.fp32
-    kwargs: Dict[str, object] = {}
-    if format == KBFormat.mesh:
-        kwargs = {"supplementary": supplementary, "tree_prefixes": trees.split(",") if trees else None}
-    elif format == KBFormat.umls:
-        kwargs = {"mrsty": mrsty, "sources": sources.split(",") if sources else None}
     mapping = _label_types_option(label_types, format)
-    if output.exists() and (not output.is_dir() or any(output.iterdir())) and not overwrite:
-        _fail(ValueError(f"{output} already exists and is not empty; give another --output, or --overwrite to "
-                         "replace it."))
+    _refuse_non_empty(output, overwrite)
     try:
-        knowledge_base = load_kb(kb, format.value, **kwargs)
+        knowledge_base = load_kb(kb, format.value, **_kb_options(format, supplementary, trees, mrsty, sources))
         msg.info(f"{kb}: {len(knowledge_base)} concepts, {knowledge_base.n_names} names")
         encoder = load_encoder(resolve_model(model), precision.value, pooling=pooling, max_length=max_length,
                                device=device, batch_size=batch_size)
@@ -152,6 +145,22 @@ def build_index(
     msg.good(f"Wrote {index} to {output}")
 
 
+def _refuse_non_empty(output: Path, overwrite: bool) -> None:
+    if output.exists() and (not output.is_dir() or any(output.iterdir())) and not overwrite:
+        _fail(ValueError(f"{output} already exists and is not empty; give another --output, or --overwrite to "
+                         "replace it."))
+
+
+def _kb_options(format: "KBFormat", supplementary: Optional[Path], trees: Optional[str], mrsty: Optional[Path],
+                sources: Optional[str]) -> Dict[str, object]:
+    """The reader options of build-index's --format mesh and umls."""
+    if format == KBFormat.mesh:
+        return {"supplementary": supplementary, "tree_prefixes": trees.split(",") if trees else None}
+    if format == KBFormat.umls:
+        return {"mrsty": mrsty, "sources": sources.split(",") if sources else None}
+    return {}
+
+
 def _build_named_index(name: str, output: Optional[Path], model: str, precision: "Precision", overwrite: bool) -> None:
     """`build-index --kb NAME`: the index the linker's `index = NAME` searches, made as it would
     make it on first use (the pipe's encoder), into the cache or `output`."""
@@ -160,11 +169,9 @@ def _build_named_index(name: str, output: Optional[Path], model: str, precision:
     from .pipe.loaders import EncoderLoader
     from .search.resolve import named_index_path
 
-    if output is not None and output.exists() and (not output.is_dir() or any(output.iterdir())):
-        if not overwrite:
-            _fail(ValueError(f"{output} already exists and is not empty; give another --output, or --overwrite to "
-                             "replace it."))
-        shutil.rmtree(output)
+    if output is not None:
+        _refuse_non_empty(output, overwrite)
+        shutil.rmtree(output, ignore_errors=True)
     start = time.perf_counter()
     try:
         encoder = EncoderLoader(model=model, precision=precision.value).load()
