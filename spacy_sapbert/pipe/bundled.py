@@ -1,5 +1,4 @@
 """The demo pipeline behind `spacy-sapbert link`: NER, abbreviations, linker."""
-import logging
 from typing import Dict, List, Optional
 
 import spacy
@@ -9,8 +8,6 @@ from spacy.lang.en.stop_words import STOP_WORDS
 from ..assets import ASSETS, DEFAULT
 from ..kb.concepts import KnowledgeBase
 from .tokenization import split_close_before_hyphen
-
-logger = logging.getLogger(__name__)
 
 DEMO_NER = ASSETS / "ner"
 

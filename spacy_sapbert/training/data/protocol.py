@@ -64,12 +64,13 @@ class TextNormaliser:
 def document_abbreviations(documents: Iterable[Document], batch_size: int = 32,
                            missed: bool = True) -> Dict[str, Dict[str, str]]:
     """Short form → long form for each document, as the pipe reads them (abbreviations.long_forms):
-    scispaCy's AbbreviationDetector over spaCy's English tokenizer, with a ")" before a hyphen
-    split off (split_close_before_hyphen), and, with `missed`, the definitions it misses and
-    the short forms among the document's mentions (the pipe's entities) used without one."""
-    import scispacy.abbreviation  # noqa: F401  (registers the factory)
+    the abbreviation detector (scispaCy's, or its copy) over spaCy's English tokenizer, with a
+    ")" before a hyphen split off (split_close_before_hyphen), and, with `missed`, the
+    definitions it misses and the short forms among the document's mentions (the pipe's
+    entities) used without one."""
     import spacy
 
+    from spacy_sapbert.pipe import abbreviation_detector  # noqa: F401  (registers the factory)
     from spacy_sapbert.pipe.tokenization import split_close_before_hyphen
 
     nlp = split_close_before_hyphen(spacy.blank("en"))
