@@ -176,9 +176,10 @@ class OnnxEncoder:
 
     def session(self):
         """The ONNX Runtime session, made on loading and again in a forked child (a
-        session's thread pool does not survive a fork). Each call runs on one thread: the
-        few-row calls of one document ran a third faster so than spread over two cores, and
-        many batches run side by side instead (`workers`), a call's numbers unchanged."""
+        session's thread pool does not survive a fork). Each call runs on one thread: one
+        document's few-row calls ran a third faster so than on two intra-op threads, and
+        `encode` runs an encoding's batches side by side instead (`threads` of them, one in a
+        forked child), each call's numbers unchanged."""
         if self._session is None or self._session_pid != os.getpid():
             import onnxruntime
 

@@ -170,7 +170,8 @@ class HybridRescorer:
         starts = np.searchsorted(rows, np.arange(len(texts) + 1))
         norms = np.sqrt(_row_sums(weighted * weighted, starts))
         data = (1 / np.where(norms > 0, norms, 1))[rows] * weighted
-        # The order scipy's diagonal product stored them in, which the sums below follow.
+        # Columns descending in each row, as scipy's diagonal product stored them: the sums of
+        # `rescore` follow this order.
         order = np.lexsort((-columns, rows))
         return scipy.sparse.csr_matrix((data[order], columns[order].astype(np.int32), starts.astype(np.int32)),
                                        shape=(len(texts), width))

@@ -150,8 +150,7 @@ def _graph_over_codes(index: faiss.Index, links: Optional[Dict[str, np.ndarray]]
     memory for the same dev Acc@1 (docs/results.md). links: the graph's links as graph_links
     returned them when it was built (the bundled index ships them, GRAPH_FILE), set instead of
     built: the same graph, byte for byte, in a second instead of 22 s."""
-    outer = faiss.downcast_index(index)
-    inner = faiss.downcast_index(outer.index) if isinstance(outer, faiss.IndexPreTransform) else outer
+    outer, inner = faiss.downcast_index(index), _inside(index)
     graph = _hnsw_sq(inner.d, inner.sq.qtype, m=16, ef_construction=100)
     storage = faiss.downcast_index(graph.storage)
     storage.sq = inner.sq
@@ -174,7 +173,8 @@ def _graph_over_codes(index: faiss.Index, links: Optional[Dict[str, np.ndarray]]
 GRAPH_ARRAYS = ("levels", "offsets", "neighbors")
 
 
-def _inner_graph(index: faiss.Index) -> faiss.IndexHNSW:
+def _inside(index: faiss.Index) -> faiss.Index:
+    """The index inside an IndexPreTransform (a projected index), or `index` itself, downcast."""
     outer = faiss.downcast_index(index)
     return faiss.downcast_index(outer.index) if isinstance(outer, faiss.IndexPreTransform) else outer
 
@@ -182,7 +182,7 @@ def _inner_graph(index: faiss.Index) -> faiss.IndexHNSW:
 def graph_links(index: faiss.Index) -> Dict[str, np.ndarray]:
     """The links of the HNSW graph in `index` (hnsw-sq*, projected or not), as _graph_over_codes
     takes them back: what GRAPH_FILE stores beside a scalar-quantised index's codes."""
-    hnsw = _inner_graph(index).hnsw
+    hnsw = _inside(index).hnsw
     links = {name: faiss.vector_to_array(getattr(hnsw, name)) for name in GRAPH_ARRAYS}
     links["entry"] = np.array([hnsw.entry_point, hnsw.max_level], dtype=np.int64)
     return links

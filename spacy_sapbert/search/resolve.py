@@ -1,6 +1,7 @@
 """The index for an index name (`resolve_index`): the bundled index's search graph, set from
-the links it ships over its own codes and cached on first use, or, for a model the bundled index was not built with, an
-index of the bundled KB's names built and cached under `SPACY_SAPBERT_CACHE`."""
+the links it ships over its own codes and cached on first use; for a model the bundled index
+was not built with, an index of the bundled KB's names; or a knowledge base by name
+(kb/named.py); each built and cached under `SPACY_SAPBERT_CACHE`."""
 import json
 import logging
 import shutil
@@ -45,12 +46,12 @@ def named_index_path(name: str, encoder, output: Optional[Path] = None) -> Path:
     cached = output or cache_dir() / f"index-named-{slug}-{SOURCE_VERSION}-{encoder.fingerprint}-{precision}"
 
     def build(staging: Path) -> None:
-        kb = named_kb(name)
-        index = ConceptIndex.build(kb, encoder, index_type="hnsw-sq8", show_progress=True,
-                                   work_dir=staging.with_name(staging.name + ".vectors"))
+        vectors = staging.with_name(staging.name + ".vectors")  # streamed there while encoding
+        index = ConceptIndex.build(named_kb(name), encoder, index_type="hnsw-sq8", show_progress=True,
+                                   work_dir=vectors)
         index.meta["label_types"] = label_types(name)
         index.save(staging)
-        shutil.rmtree(staging.with_name(staging.name + ".vectors"), ignore_errors=True)
+        shutil.rmtree(vectors, ignore_errors=True)
 
     named = NAMED_KBS.get(name)
     takes = named.measured.split(",")[0] if named and named.measured else "minutes to tens of minutes on a CPU"
@@ -122,11 +123,9 @@ def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
     """The cached HNSW graph over the codes of the scalar-quantised index at `compact` (the
     bundled index, or its copy in a saved pipeline), made once: set from the links `compact`
     stores, or built; keyed by the codes' checksum, so every copy of one index shares it."""
-    from .index import ConceptIndex
+    from .index import GRAPH_FILE, ConceptIndex
 
     meta = json.loads((compact / "meta.json").read_text(encoding="utf-8"))
-    from .index import GRAPH_FILE
-
     graph_type = f"hnsw-{meta['index_type']}"
     cached = _graph_cache(meta)
     # Built: 22 s for the bundled index's 208k names on 2 quiet cores, about in proportion beyond;
