@@ -39,3 +39,22 @@ def test_nil_entities_predict_no_link(tiny_model, tiny_index_dir, monkeypatch, t
     assert (metrics["link"]["all"]["tp"], metrics["link"]["all"]["fp"], metrics["link"]["all"]["fn"]) == (0, 0, 1)
     nil = metrics["nil"]["all"]  # "caused" and the unlinkable mention rightly NIL; metformin wrongly
     assert (nil["tp"], nil["fp"], nil["fn"]) == (2, 1, 0)
+
+
+def test_gold_spans_give_the_pipes_own_accuracy_without_its_ner(tiny_model, tiny_index_dir, monkeypatch, tmp_path):
+    text = "Metformin caused lactic acidosis and a tumour."
+    texts = {"1": text}
+    gold = {"1": [(0, 9, "Chemical", ["D008687"]), (17, 32, "Disease", ["D000140"]),
+                  (39, 45, "Disease", ["D999999"]),  # a gold the index lacks: counted, not reachable
+                  (10, 16, "Disease", [])]}          # unlinkable: not counted
+    monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir: (texts, gold))
+    nlp = ruler_nlp([("Disease", "caused")])  # an NER that finds nothing right: skipped
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
+                                           "threshold": 0.0, "label_types": {}})
+    metrics = end_to_end.evaluate_gold_spans(nlp, "dev", tmp_path)
+    assert (metrics["chemical"]["n"], metrics["chemical"]["n_reachable"]) == (1, 1)
+    assert (metrics["disease"]["n"], metrics["disease"]["n_reachable"]) == (2, 1)
+    doc = nlp.make_doc(text)
+    doc.ents = [doc.char_span(17, 32, label="Disease")]
+    right = nlp.get_pipe("sapbert_linker")(doc).ents[0]._.cui == "D000140"
+    assert metrics["disease"]["acc@1"] == right / 2 and metrics["disease"]["acc@1_reachable"] == right

