@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import logging
 import shutil
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,11 +155,29 @@ def make_sapbert_linker(nlp: Language, name: str, encoder: EncoderLoader, index:
     `candidates.CandidateSettings` and `PipeSettings` (README, Config).
     """
     linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, scoring=scoring, **settings)
+    if not _built_from_config():
+        linker.encoder_loader.check_source()
+        linker.index_loader.check_source()
     linker.nlp = nlp
     if not isinstance(nlp._pipe_configs, _PipeConfigs):
         nlp._pipe_configs = _PipeConfigs(nlp._pipe_configs)
     _check_labels_against_ner(nlp, linker.labels)
     return linker
+
+
+def _built_from_config() -> bool:
+    """Whether the pipe is being made by spaCy's Language.from_config (spacy.load, a saved
+    pipeline, a training config) rather than by a user's add_pipe. A saved pipeline's config
+    keeps the model and index paths it was made with, which need not exist where it is loaded:
+    its own copies come from from_disk. So those paths are checked at add_pipe, and, from a
+    config, when the pipe first loads (initialize or the first document)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "from_config" and Path(code.co_filename).parent.name == "spacy":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _check_labels_against_ner(nlp: Language, labels: Iterable[str]) -> None:

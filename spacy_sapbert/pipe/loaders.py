@@ -64,6 +64,15 @@ class EncoderLoader:
                 raise ValueError(f"{key} ({getattr(self, key)}) must be at least {least}; set it in the "
                                  "sapbert_linker encoder config.")
 
+    def check_source(self) -> None:
+        """One sentence now, not at the first document, for a model that is no folder here and,
+        at fp32, no name of a Hugging Face hub that can be reached."""
+        from ..assets import BASE, FAST
+        from ..encoders.loading import check_model_source
+
+        if str(self.model) not in (DEFAULT, BASE, FAST):
+            check_model_source(str(self.model), hub=self.precision == "fp32")
+
     def model_path(self) -> str:
         from ..assets import resolve_model
 
@@ -96,6 +105,21 @@ class IndexLoader:
         from ..kb.named import is_named
 
         return None if self.index in (DEFAULT, DEFAULT_EXACT) or is_named(self.index) else Path(self.index)
+
+    def check_source(self) -> None:
+        """One sentence now, not at the first document, for an index that is neither bundled, a
+        named knowledge base nor a directory written by build-index."""
+        from ..kb.named import is_named
+        from ..search.index import ConceptIndexError
+
+        index = str(self.index)
+        if index in (DEFAULT, DEFAULT_EXACT) or is_named(index):
+            return
+        path = Path(index).expanduser()
+        if not (path / "meta.json").is_file():
+            what = "does not exist" if not path.exists() else "is not an index directory (no meta.json)"
+            raise ConceptIndexError(f"index.index {index!r} {what}; give a directory written by `spacy-sapbert "
+                                    "build-index`, \"default\", or a knowledge base by name (`spacy-sapbert info` lists them).")
 
     def load(self, encoder, graph_over: Optional[Path] = None):
         """The index for `encoder`; graph_over: a saved pipeline's compact index, searched
