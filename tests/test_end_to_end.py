@@ -11,7 +11,7 @@ def test_spans_and_links_are_scored_per_label(tiny_model, tiny_index_dir, monkey
     gold = {"1": [(0, 9, "Chemical", ["D008687"]),                     # found, linked right (if the model does)
                   (17, 32, "Disease", ["D000140"]),                   # found, link checked below
                   (39, 45, "Disease", ["D009369"])]}                  # missed by the ruler below
-    monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir: (texts, gold))
+    monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir, fold=0: (texts, gold))
     nlp = ruler_nlp([("CHEMICAL", "metformin"), ("Disease", "lactic acidosis"), ("Disease", "caused")])
     nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0})
     doc = nlp(text)
@@ -31,7 +31,7 @@ def test_spans_and_links_are_scored_per_label(tiny_model, tiny_index_dir, monkey
 def test_nil_entities_predict_no_link(tiny_model, tiny_index_dir, monkeypatch, tmp_path):
     text = "Metformin caused lactic acidosis."
     gold = {"1": [(0, 9, "Chemical", ["D008687"]), (17, 32, "Disease", [])]}  # the second is unlinkable (-1)
-    monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir: ({"1": text}, gold))
+    monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir, fold=0: ({"1": text}, gold))
     nlp = ruler_nlp([("Chemical", "metformin"), ("Disease", "lactic acidosis"), ("Disease", "caused")])
     nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
                                            "threshold": 1.0, "scoring": {"exact_first": False}})
@@ -47,7 +47,7 @@ def test_gold_spans_give_the_pipes_own_accuracy_without_its_ner(tiny_model, tiny
     gold = {"1": [(0, 9, "Chemical", ["D008687"]), (17, 32, "Disease", ["D000140"]),
                   (39, 45, "Disease", ["D999999"]),  # a gold the index lacks: counted, not reachable
                   (10, 16, "Disease", [])]}          # unlinkable: not counted
-    monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir: (texts, gold))
+    monkeypatch.setattr(end_to_end, "gold_documents", lambda split, data_dir, fold=0: (texts, gold))
     nlp = ruler_nlp([("Disease", "caused")])  # an NER that finds nothing right: skipped
     nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
                                            "threshold": 0.0, "label_types": {}})

@@ -23,13 +23,20 @@ from ..data import datasets as ds
 LABELS = {"bc5cdr-disease": "Disease", "bc5cdr-chemical": "Chemical"}
 
 
-def gold_documents(split: str, data_dir: Path) -> Tuple[Dict[str, str], Dict[str, List[Tuple[int, int, str, List[str]]]]]:
+def gold_documents(split: str, data_dir: Path, fold: int = 0) -> Tuple[Dict[str, str], Dict[str, List[Tuple[int, int, str, List[str]]]]]:
     """BC5CDR documents (id → text) and their gold mentions (start, end, label, ids), both labels;
-    ids are [] for a mention the corpus marks unlinkable."""
+    ids are [] for a mention the corpus marks unlinkable. split "train-fold": the train documents
+    of fold `fold` (protocol.train_fold), where a pipe's settings are chosen before dev is read."""
+    from ..data.protocol import TRAIN_FOLD, train_fold
+
     texts: Dict[str, str] = {}
     gold: Dict[str, List[Tuple[int, int, str, List[str]]]] = {}
     for dataset, label in LABELS.items():
-        for document in ds.load_pubtator_split(dataset, split, data_dir, keep_unlinkable=True).documents:
+        if split == TRAIN_FOLD:
+            corpus, _ = train_fold(ds.load_pubtator_split(dataset, "train", data_dir, keep_unlinkable=True), fold)
+        else:
+            corpus = ds.load_pubtator_split(dataset, split, data_dir, keep_unlinkable=True)
+        for document in corpus.documents:
             texts[document.doc_id] = document.text
             gold.setdefault(document.doc_id, []).extend((m.start, m.end, label, m.ids) for m in document.mentions)
     return texts, gold
@@ -42,9 +49,9 @@ def _prf(tp: int, fp: int, fn: int) -> Dict[str, float]:
     return {"precision": precision, "recall": recall, "f1": f1, "tp": tp, "fp": fp, "fn": fn}
 
 
-def evaluate_end_to_end(nlp, split: str, data_dir: Path, batch_size: int = 64) -> dict:
+def evaluate_end_to_end(nlp, split: str, data_dir: Path, batch_size: int = 64, fold: int = 0) -> dict:
     """Run `nlp` (ending in sapbert_linker) over BC5CDR `split` and score spans and links."""
-    texts, gold = gold_documents(split, data_dir)
+    texts, gold = gold_documents(split, data_dir, fold)
     kb = nlp.get_pipe("sapbert_linker").kb
     counts: Counter = Counter()
     ids = list(texts)
@@ -95,7 +102,7 @@ def _nil_counts(doc, gold: List[Tuple[int, int, str, List[str]]], kb) -> Counter
     return counts
 
 
-def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64) -> dict:
+def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, fold: int = 0) -> dict:
     """The pipe's own Acc@1 from the gold spans: each BC5CDR document of `split` gets its gold
     mentions as entities (what the NER would give at best), and `nlp` without its NER
     (abbreviations, then sapbert_linker) links them. A mention is right when the entity with its
@@ -104,7 +111,7 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64) -
     gold the index holds (reachable)."""
     from spacy.util import filter_spans
 
-    texts, gold = gold_documents(split, data_dir)
+    texts, gold = gold_documents(split, data_dir, fold)
     kb = nlp.get_pipe("sapbert_linker").kb
     ner = [name for name, pipe in nlp.pipeline if name in ("tok2vec", "ner") or nlp.get_pipe_meta(name).factory
            in ("ner", "entity_ruler", "span_ruler", "tok2vec")]

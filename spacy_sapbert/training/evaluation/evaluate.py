@@ -301,7 +301,7 @@ def evaluate_command(
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     if end_to_end:
         _end_to_end_command(dataset.value, split.value, data_dir, model, precision,
-                            _scoring(sparse_weight, marginal_tau), output, index, gold_spans)
+                            _scoring(sparse_weight, marginal_tau), output, index, gold_spans, fold)
         return
     settings = dict(system=system.value, protocol=protocol.value, data_dir=data_dir, model=model, precision=precision,
                     index_type=index_type, training_precedence=training_precedence, sparse_weight=sparse_weight,
@@ -326,7 +326,8 @@ def _linking_command(dataset: str, split: str, fold: int, settings: dict, output
 
 
 def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, precision: str,
-                        config: dict, output: Optional[Path], index: str = "default", gold_spans: bool = False) -> None:
+                        config: dict, output: Optional[Path], index: str = "default", gold_spans: bool = False,
+                        fold: int = 0) -> None:
     from spacy_sapbert.pipe.bundled import demo_pipeline
 
     from .end_to_end import LABELS, evaluate_end_to_end, evaluate_gold_spans
@@ -334,10 +335,15 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
     if dataset not in LABELS:
         msg.fail(f"--end-to-end scores BC5CDR documents; use --dataset bc5cdr-disease or bc5cdr-chemical, not {dataset}.")
         raise typer.Exit(1)
+    if split == Split.train_folds.value:
+        msg.fail("--end-to-end reads one split; give --split train-fold --fold N for a fifth of train.")
+        raise typer.Exit(1)
     try:
         nlp = demo_pipeline(model=model, index=index, linker_config=config, encoder_config={"precision": precision})
         evaluate = evaluate_gold_spans if gold_spans else evaluate_end_to_end
-        metrics = {"model": model, "precision": precision, "index": index, **evaluate(nlp, split, data_dir)}
+        shown = f"{TRAIN_FOLD}{fold}" if split == TRAIN_FOLD else split
+        metrics = {"model": model, "precision": precision, "index": index,
+                   **evaluate(nlp, split, data_dir, fold=fold), "split": shown}
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)
