@@ -58,3 +58,4 @@ def test_gold_spans_give_the_pipes_own_accuracy_without_its_ner(tiny_model, tiny
     doc.ents = [doc.char_span(17, 32, label="Disease")]
     right = nlp.get_pipe("sapbert_linker")(doc).ents[0]._.cui == "D000140"
     assert metrics["disease"]["acc@1"] == right / 2 and metrics["disease"]["acc@1_reachable"] == right
+    assert metrics["disease"]["linked_right"] == metrics["disease"]["acc@1"]  # threshold 0: every entity linked

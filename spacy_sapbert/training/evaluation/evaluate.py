@@ -348,9 +348,10 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
         msg.fail(str(err))
         raise typer.Exit(1)
     if gold_spans:
-        rows = [(label, m["n"], f"{m['acc@1']:.4f}", m["n_reachable"], f"{m['acc@1_reachable']:.4f}")
-                for label, m in metrics.items() if label in ("disease", "chemical")]
-        msg.table(rows, header=("gold spans", "n", "Acc@1", "n reachable", "Acc@1 reachable"), divider=True)
+        rows = [(label, m["n"], f"{m['acc@1']:.4f}", f"{m['linked_right']:.4f}", m["n_reachable"],
+                 f"{m['acc@1_reachable']:.4f}") for label, m in metrics.items() if label in ("disease", "chemical")]
+        msg.table(rows, header=("gold spans", "n", "Acc@1", "linked right", "n reachable", "Acc@1 reachable"),
+                  divider=True)
         _write(metrics, output)
         return
     rows = [(f"{kind} {label}", f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}")
