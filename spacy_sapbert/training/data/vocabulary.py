@@ -12,50 +12,24 @@ pairs, reached through identifiers rather than through names:
                drugs, attached to the MeSH descriptor each drug records (its mesh_id)
 
 `add_source_names` gives a concept a source's name unless some concept already bears it, as
-datasets.add_drug_names does: MeSH's own naming stays as it is. Names compare case-folded with
-punctuation as spaces (name_key).
+kb.drug_names.add_drug_names does: MeSH's own naming stays as it is. Names compare case-folded with
+punctuation as spaces (kb.drug_names.drug_key).
 """
-import bz2
 import csv
-import importlib.util
 import json
 import logging
-import pickle
 import re
 from dataclasses import replace
-from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Set, Tuple
 
 from spacy_sapbert.kb.concepts import KnowledgeBase
+from spacy_sapbert.kb.drug_names import drug_dictionary, drug_key
 
 logger = logging.getLogger(__name__)
 
 Pairs = Iterator[Tuple[str, str]]  # (MeSH id, name)
 # Wiki or HTML markup that a scraped variant carries instead of a name ("&lt;ref name=…", "{{cite").
 _MARKUP = re.compile(r"&(lt|gt|quot|amp);|\{\{|\[\[")
-
-
-# drug-named-entity-recognition's dictionary (pinned in requirements-dev.txt): DrugBank open
-# data (CC0) with MeSH, MedlinePlus, NHS and Wikipedia names, each variant under a canonical drug.
-DRUG_NAMES_PACKAGE = "drug_named_entity_recognition"
-DRUG_NAMES_FILE = "drug_ner_dictionary.pkl.bz2"
-
-
-def name_key(name: str) -> str:
-    """A name as the sources are compared with the dictionary: case-folded, punctuation as
-    spaces. protocol.TextNormaliser reads names much the same way, but protocol imports
-    datasets, and the architecture test forbids the cycle."""
-    return " ".join(re.sub(r"[\W_]+", " ", name.casefold()).split())
-
-
-def drug_names_file() -> Path:
-    """drug-named-entity-recognition's dictionary file in the installed wheel, found without
-    importing the package (its import reads more)."""
-    spec = importlib.util.find_spec(DRUG_NAMES_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            f"{DRUG_NAMES_PACKAGE} is not installed; `pip install -r requirements-dev.txt` installs it.")
-    return Path(list(spec.submodule_search_locations)[0]) / DRUG_NAMES_FILE
 
 
 def _resource(filename: str):
@@ -109,9 +83,7 @@ def drugbank_names() -> Pairs:
 
 
 def drug_xref_names() -> Pairs:
-    spec_path = drug_names_file()
-    with bz2.open(spec_path, "rb") as handle:
-        data = pickle.load(handle)  # the pinned wheel's own file
+    data = drug_dictionary()
     canonical = data["drug_canonical_to_data"]
     for variant, drugs in sorted(data["drug_variant_to_canonical"].items()):
         for drug in drugs:
@@ -132,10 +104,10 @@ def add_source_names(kb: KnowledgeBase, source: str) -> KnowledgeBase:
     concept already bears it; logs how many names and concepts it adds."""
     if source not in SOURCES:
         raise ValueError(f"{source!r} is no vocabulary source; use one of {', '.join(SOURCES)}.")
-    owners: Set[str] = {name_key(name) for concept in kb for name in concept.names}
+    owners: Set[str] = {drug_key(name) for concept in kb for name in concept.names}
     added: Dict[str, Dict[str, str]] = {}  # concept id → name key → the name's first spelling
     for mesh_id, name in SOURCES[source]():
-        key = name_key(name)
+        key = drug_key(name)
         if key and key not in owners and mesh_id in kb.cui_to_entity and not _MARKUP.search(name):
             added.setdefault(mesh_id, {}).setdefault(key, name)
     logger.info("Vocabulary %s: %d names added to %d concepts.", source, sum(map(len, added.values())), len(added))

@@ -106,9 +106,10 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
     """The pipe's own Acc@1 from the gold spans: each BC5CDR document of `split` gets its gold
     mentions as entities (what the NER would give at best), and `nlp` without its NER
     (abbreviations, then sapbert_linker) links them. Acc@1: the entity with the mention's
-    boundaries has as its first candidate (its `cui`, or for a NIL entity the first of its NIL
+    boundaries (widened to whole tokens) has as its first candidate (its `cui`, or for a NIL entity the first of its NIL
     candidates) one of the gold ids (resolved through the linker's KB); linked_right: its `cui`
-    is, at the pipe's threshold. An entity moved by a long form is wrong. Per label, over every
+    is, at the pipe's threshold. An entity moved by a long form, or one left out because it
+    overlaps another gold mention, is wrong. Per label, over every
     linkable mention and over those whose gold the index holds (reachable)."""
     from spacy.util import filter_spans
 
@@ -120,27 +121,28 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
            in ("ner", "entity_ruler", "span_ruler", "tok2vec")]
     counts: Counter = Counter()
     ids = list(texts)
-    docs = []
+    docs, made = [], []  # made: each gold mention's entity boundaries (expanded to whole tokens)
     for doc_id in ids:
         doc = nlp.make_doc(texts[doc_id])
         spans = [doc.char_span(start, end, label=label, alignment_mode="expand")
                  for start, end, label, _ in gold.get(doc_id, [])]
         doc.ents = filter_spans([span for span in spans if span is not None])
+        made.append([(span.start_char, span.end_char) if span is not None else None for span in spans])
         docs.append(doc)
     with nlp.select_pipes(disable=ner):
-        for doc_id, doc in zip(ids, nlp.pipe(docs, batch_size=batch_size)):
+        for doc_id, doc, bounds in zip(ids, nlp.pipe(docs, batch_size=batch_size), made):
             linked = {(ent.start_char, ent.end_char): ent._.cui for ent in doc.ents}
             top = {(ent.start_char, ent.end_char): ent._.cui or next(iter(c for c, _ in ent._.get(nil_attr) or ()), None)
                    for ent in doc.ents}
-            for start, end, label, gold_ids in gold.get(doc_id, []):
+            for (_, _, label, gold_ids), bound in zip(gold.get(doc_id, []), bounds):
                 if not gold_ids:
                     continue
                 resolved = {kb.resolve_id(g) or g for g in gold_ids}
                 reachable = any(kb.resolve_id(g) for g in gold_ids)
                 for group in ("all", "reachable") if reachable else ("all",):
                     counts[(label.lower(), group, "n")] += 1
-                    counts[(label.lower(), group, "right")] += top.get((start, end)) in resolved
-                    counts[(label.lower(), group, "linked")] += linked.get((start, end)) in resolved
+                    counts[(label.lower(), group, "right")] += top.get(bound) in resolved
+                    counts[(label.lower(), group, "linked")] += linked.get(bound) in resolved
     result: dict = {"dataset": "bc5cdr", "split": split, "documents": len(ids)}
     for label in sorted({label for label, _, _ in counts}):
         n, n_reachable = max(counts[(label, "all", "n")], 1), max(counts[(label, "reachable", "n")], 1)
