@@ -11,7 +11,7 @@ def test_a_source_adds_names_no_concept_bears_and_only_to_concepts_it_holds(monk
              ("C1", "Adriamycin"),                   # borne by D2 already: MeSH's naming stays
              ("C9", "elsewhere"),                    # a concept the dictionary lacks
              ("D2", "&lt;ref name=&quot;x&quot;&gt;{{cite web")]  # scraped markup, not a name
-    monkeypatch.setitem(vocabulary.SOURCES, "test", lambda: iter(pairs))
+    monkeypatch.setitem(vocabulary.SOURCES, "test", lambda kb: iter(pairs))
     with caplog.at_level("INFO"):
         out = vocabulary.add_source_names(kb, "test")
     assert out.cui_to_entity["C1"].aliases == ["SM-5887"] and out.cui_to_entity["D2"].aliases == ["adriamycin"]
@@ -19,5 +19,5 @@ def test_a_source_adds_names_no_concept_bears_and_only_to_concepts_it_holds(monk
 
 
 def test_an_unknown_source_is_refused_in_one_sentence():
-    with pytest.raises(ValueError, match=r"^'pubchem' is no vocabulary source; use one of chebi, drugbank, drug-xrefs\.$"):
+    with pytest.raises(ValueError, match=r"^'pubchem' is no vocabulary source; use one of chebi, drugbank, drug-xrefs, elements\.$"):
         vocabulary.add_source_names(KnowledgeBase([]), "pubchem")

@@ -10,6 +10,7 @@ pairs, reached through identifiers rather than through names:
     drugbank   DrugBank's name of each drug mapped to such a ChEBI entity (drugbank_mappings.tsv)
     drug-xrefs the variants (brand, former, foreign names) of drug-named-entity-recognition's
                drugs, attached to the MeSH descriptor each drug records (its mesh_id)
+    elements   each chemical element's symbol, for the concepts named as the element
 
 `add_source_names` gives a concept a source's name unless some concept already bears it, as
 kb.drug_names.add_drug_names does: MeSH's own naming stays as it is. Names compare case-folded with
@@ -60,7 +61,7 @@ def chebi_to_mesh() -> Dict[str, Set[str]]:
     return mapped
 
 
-def chebi_names() -> Pairs:
+def chebi_names(kb: KnowledgeBase) -> Pairs:
     mapped = chebi_to_mesh()
     entries = json.loads(_resource("chebi.json").read_text(encoding="utf-8"))
     for entry in entries:
@@ -68,7 +69,7 @@ def chebi_names() -> Pairs:
             yield mesh_id, entry["name"]
 
 
-def drugbank_names() -> Pairs:
+def drugbank_names(kb: KnowledgeBase) -> Pairs:
     mapped = chebi_to_mesh()
     chebi: Dict[str, Set[str]] = {}
     names: Dict[str, str] = {}
@@ -82,7 +83,7 @@ def drugbank_names() -> Pairs:
             yield mesh_id, name
 
 
-def drug_xref_names() -> Pairs:
+def drug_xref_names(kb: KnowledgeBase) -> Pairs:
     data = drug_dictionary()
     canonical = data["drug_canonical_to_data"]
     for variant, drugs in sorted(data["drug_variant_to_canonical"].items()):
@@ -92,10 +93,26 @@ def drug_xref_names() -> Pairs:
                 yield mesh_id, variant
 
 
-SOURCES: Dict[str, Callable[[], Pairs]] = {
+def element_symbols(kb: KnowledgeBase) -> Pairs:
+    """Each chemical element's symbol ("Ca") for the concepts bearing the element's name
+    ("Calcium"), from the periodictable package (public domain)."""
+    import periodictable
+
+    named: Dict[str, List[str]] = {}
+    for concept in kb:
+        for name in concept.names:
+            named.setdefault(drug_key(name), []).append(concept.concept_id)
+    for element in periodictable.elements:
+        if element.number > 0:
+            for concept_id in named.get(drug_key(element.name), ()):
+                yield concept_id, element.symbol
+
+
+SOURCES: Dict[str, Callable[[KnowledgeBase], Pairs]] = {
     "chebi": chebi_names,
     "drugbank": drugbank_names,
     "drug-xrefs": drug_xref_names,
+    "elements": element_symbols,
 }
 
 
@@ -106,7 +123,7 @@ def add_source_names(kb: KnowledgeBase, source: str) -> KnowledgeBase:
         raise ValueError(f"{source!r} is no vocabulary source; use one of {', '.join(SOURCES)}.")
     owners: Set[str] = {drug_key(name) for concept in kb for name in concept.names}
     added: Dict[str, Dict[str, str]] = {}  # concept id → name key → the name's first spelling
-    for mesh_id, name in SOURCES[source]():
+    for mesh_id, name in SOURCES[source](kb):
         key = drug_key(name)
         if key and key not in owners and mesh_id in kb.cui_to_entity and not _MARKUP.search(name):
             added.setdefault(mesh_id, {}).setdefault(key, name)
