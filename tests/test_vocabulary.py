@@ -19,5 +19,5 @@ def test_a_source_adds_names_no_concept_bears_and_only_to_concepts_it_holds(monk
 
 
 def test_an_unknown_source_is_refused_in_one_sentence():
-    with pytest.raises(ValueError, match=r"^'pubchem' is no vocabulary source; use one of chebi, drugbank, drug-xrefs, elements\.$"):
+    with pytest.raises(ValueError, match=r"^'pubchem' is no vocabulary source; use one of chebi, drugbank, drug-xrefs\.$"):
         vocabulary.add_source_names(KnowledgeBase([]), "pubchem")

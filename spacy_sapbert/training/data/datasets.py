@@ -239,7 +239,7 @@ def load_pubtator_split(dataset: str, split: str, data_dir: PathLike, keep_unlin
 
 # The chemical dictionary's extra name sources, in the order they are added: drug-names
 # (kb.drug_names.add_drug_names), and the cross-referenced sources of vocabulary.SOURCES.
-VOCABULARY_SOURCES = ("drug-names", "chebi", "drugbank", "drug-xrefs", "elements")
+VOCABULARY_SOURCES = ("drug-names", "chebi", "drugbank", "drug-xrefs")
 DEFAULT_VOCABULARY = ("drug-names",)
 
 

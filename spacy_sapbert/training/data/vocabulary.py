@@ -10,7 +10,6 @@ pairs, reached through identifiers rather than through names:
     drugbank   DrugBank's name of each drug mapped to such a ChEBI entity (drugbank_mappings.tsv)
     drug-xrefs the variants (brand, former, foreign names) of drug-named-entity-recognition's
                drugs, attached to the MeSH descriptor each drug records (its mesh_id)
-    elements   each chemical element's symbol, for the concepts named as the element
 
 `add_source_names` gives a concept a source's name unless some concept already bears it, as
 kb.drug_names.add_drug_names does: MeSH's own naming stays as it is. Names compare case-folded with
@@ -93,26 +92,10 @@ def drug_xref_names(kb: KnowledgeBase) -> Pairs:
                 yield mesh_id, variant
 
 
-def element_symbols(kb: KnowledgeBase) -> Pairs:
-    """Each chemical element's symbol ("Ca") for the concepts bearing the element's name
-    ("Calcium"), from the periodictable package (public domain)."""
-    import periodictable
-
-    named: Dict[str, List[str]] = {}
-    for concept in kb:
-        for name in concept.names:
-            named.setdefault(drug_key(name), []).append(concept.concept_id)
-    for element in periodictable.elements:
-        if element.number > 0:
-            for concept_id in named.get(drug_key(element.name), ()):
-                yield concept_id, element.symbol
-
-
 SOURCES: Dict[str, Callable[[KnowledgeBase], Pairs]] = {
     "chebi": chebi_names,
     "drugbank": drugbank_names,
     "drug-xrefs": drug_xref_names,
-    "elements": element_symbols,
 }
 
 
