@@ -270,7 +270,7 @@ def link(
     output: Optional[Path] = typer.Option(None, "--output", help="Write linked documents as JSONL here."),
     ner: Optional[str] = typer.Option(None, "--ner", help="spaCy pipeline (name or path) whose NER sets doc.ents."),
     model: str = typer.Option(DEFAULT, "--model", help="Model directory or Hugging Face name."),
-    index: str = typer.Option(DEFAULT, "--index", help="Index directory from build-index."),
+    index: str = typer.Option(DEFAULT, "--index", help="default (the bundled index), a knowledge base by name (mesh, hpo, …: `spacy-sapbert info` lists them) or a directory from build-index."),
     threshold: float = typer.Option(0.7, "--threshold", help="Below this score a mention gets no concept."),
     batch_size: int = typer.Option(64, "--batch-size", help="Documents per batch."),
     precision: Precision = typer.Option(Precision.int8, "--precision", help="int8 (ONNX Runtime, fast) or fp32 (torch, exact) mention encoding."),
