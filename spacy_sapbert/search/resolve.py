@@ -36,15 +36,11 @@ def named_index_path(name: str, encoder, output: Optional[Path] = None) -> Path:
     """The index of the knowledge base `name` (kb.named: "mesh", "hpo", …, "umls:META_FOLDER")
     for `encoder`, built on first use (the names encoded with a progress bar, then an HNSW graph
     over 8-bit codes) and cached, or written to `output`."""
-    import hashlib
-
-    from ..kb.named import NAMED_KBS, SOURCE_VERSION, label_types, named_kb
+    from ..kb.named import NAMED_KBS, label_types, named_kb
     from .index import ConceptIndex
 
     precision = getattr(encoder, "precision", "fp32")
-    slug = name if name in NAMED_KBS else "umls-" + hashlib.sha256(name.encode()).hexdigest()[:12]
-    version = NAMED_KBS[name].version if name in NAMED_KBS else SOURCE_VERSION
-    cached = output or cache_dir() / f"index-named-{slug}-{version}-{encoder.fingerprint}-{precision}"
+    cached = output or cache_dir() / f"{named_index_prefix(name)}{encoder.fingerprint}-{precision}"
 
     def build(staging: Path) -> None:
         vectors = staging.with_name(staging.name + ".vectors")  # streamed there while encoding
@@ -58,6 +54,18 @@ def named_index_path(name: str, encoder, output: Optional[Path] = None) -> Path:
     takes = named.measured.split(",")[0] if named and named.measured else "minutes to tens of minutes on a CPU"
     return cached_build(cached, build, lambda path: _cached_index_intact(path, encoder.fingerprint),
                         f"index of the {name} knowledge base", takes=takes)
+
+
+def named_index_prefix(name: str) -> str:
+    """The start of the cached index's folder name for the knowledge base `name`, for any model:
+    its sources' versions are in it, so that an index of older sources is not taken for it."""
+    import hashlib
+
+    from ..kb.named import NAMED_KBS, SOURCE_VERSION
+
+    slug = name if name in NAMED_KBS else "umls-" + hashlib.sha256(name.encode()).hexdigest()[:12]
+    version = NAMED_KBS[name].version if name in NAMED_KBS else SOURCE_VERSION
+    return f"index-named-{slug}-{version}-"
 
 
 def _index_matches(path: Path, fingerprint: str) -> bool:
