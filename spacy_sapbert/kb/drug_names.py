@@ -82,8 +82,14 @@ def add_drug_names(kb: KnowledgeBase) -> KnowledgeBase:
             if variant_key not in owners:
                 for concept_id in drug_owners:
                     added.setdefault(concept_id, {}).setdefault(variant_key, variant)
-    logger.info("Drug names: %d names added to %d concepts.", sum(map(len, added.values())), len(added))
+    return with_added_names(kb, added, "drug-names")
+
+
+def with_added_names(kb: KnowledgeBase, added: Dict[str, Dict[str, str]], source: str) -> KnowledgeBase:
+    """`kb` with `added` ({concept id: {name key: name}}) after each concept's aliases, sorted,
+    named `kb.name+source`; logs how many names and concepts `source` added."""
+    logger.info("Names from %s: %d names added to %d concepts.", source, sum(map(len, added.values())), len(added))
     return KnowledgeBase(
         (replace(c, aliases=c.aliases + sorted(added.get(c.concept_id, {}).values())) for c in kb),
-        name=f"{kb.name}+drug-names", version=kb.version,
+        name=f"{kb.name}+{source}", version=kb.version,
     )

@@ -20,15 +20,11 @@ folds (docs/results.md), so the benchmark dictionary takes none by default.
 """
 import csv
 import json
-import logging
 import re
-from dataclasses import replace
 from typing import Callable, Dict, Iterator, List, Set, Tuple
 
 from spacy_sapbert.kb.concepts import KnowledgeBase
-from spacy_sapbert.kb.drug_names import drug_dictionary, drug_key
-
-logger = logging.getLogger(__name__)
+from spacy_sapbert.kb.drug_names import drug_dictionary, drug_key, with_added_names
 
 Pairs = Iterator[Tuple[str, str]]  # (MeSH id, name)
 # Wiki or HTML markup that a scraped variant carries instead of a name ("&lt;ref name=…", "{{cite").
@@ -113,8 +109,4 @@ def add_source_names(kb: KnowledgeBase, source: str) -> KnowledgeBase:
         key = drug_key(name)
         if key and key not in owners and mesh_id in kb.cui_to_entity and not _MARKUP.search(name):
             added.setdefault(mesh_id, {}).setdefault(key, name)
-    logger.info("Vocabulary %s: %d names added to %d concepts.", source, sum(map(len, added.values())), len(added))
-    return KnowledgeBase(
-        (replace(c, aliases=c.aliases + sorted(added.get(c.concept_id, {}).values())) for c in kb),
-        name=f"{kb.name}+{source}", version=kb.version,
-    )
+    return with_added_names(kb, added, source)

@@ -106,10 +106,10 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
     """The pipe's own Acc@1 from the gold spans: each BC5CDR document of `split` gets its gold
     mentions as entities (what the NER would give at best), and `nlp` without its NER
     (abbreviations, then sapbert_linker) links them. Acc@1: the entity with the mention's
-    boundaries (widened to whole tokens) has as its first candidate (its `cui`, or for a NIL entity the first of its NIL
-    candidates) one of the gold ids (resolved through the linker's KB); linked_right: its `cui`
-    is, at the pipe's threshold. An entity moved by a long form, or one left out because it
-    overlaps another gold mention, is wrong. Per label, over every
+    boundaries (widened to whole tokens) has as its first candidate (its `cui`, or for a NIL
+    entity the first of its NIL candidates) one of the gold ids (resolved through the linker's
+    KB); linked_right: its `cui` is, at the pipe's threshold. An entity moved by a long form, or
+    one left out because it overlaps another gold mention, is wrong. Per label, over every
     linkable mention and over those whose gold the index holds (reachable)."""
     from spacy.util import filter_spans
 
@@ -117,8 +117,8 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
     linker = nlp.get_pipe("sapbert_linker")
     kb = linker.kb
     nil_attr = linker.attributes["nil_candidates"]
-    ner = [name for name, pipe in nlp.pipeline if name in ("tok2vec", "ner") or nlp.get_pipe_meta(name).factory
-           in ("ner", "entity_ruler", "span_ruler", "tok2vec")]
+    ner = [name for name in nlp.pipe_names
+           if nlp.get_pipe_meta(name).factory in ("ner", "entity_ruler", "span_ruler", "tok2vec")]
     counts: Counter = Counter()
     ids = list(texts)
     docs, made = [], []  # made: each gold mention's entity boundaries (expanded to whole tokens)
@@ -137,8 +137,9 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
             for (_, _, label, gold_ids), bound in zip(gold.get(doc_id, []), bounds):
                 if not gold_ids:
                     continue
-                resolved = {kb.resolve_id(g) or g for g in gold_ids}
-                reachable = any(kb.resolve_id(g) for g in gold_ids)
+                found = [kb.resolve_id(g) for g in gold_ids]
+                resolved = {f or g for f, g in zip(found, gold_ids)}
+                reachable = any(found)
                 for group in ("all", "reachable") if reachable else ("all",):
                     counts[(label.lower(), group, "n")] += 1
                     counts[(label.lower(), group, "right")] += top.get(bound) in resolved

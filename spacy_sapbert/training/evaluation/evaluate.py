@@ -202,12 +202,12 @@ def run(dataset: str, split: str, system: str, protocol: str, data_dir: Path,
     system_ = make_system(system, task.dictionary, model, precision, index_type, sparse_weight, names_precision,
                           marginal_tau)
     # The pipe's parenthetical rule is for chemicals (its default parenthetical_labels).
-    parentheticals = system == "model" and dataset in PARENTHETICAL_DATASETS and parentheticals
-    if not parentheticals and system == "model" and dataset in PARENTHETICAL_DATASETS:
+    rule_applies = system == "model" and dataset in PARENTHETICAL_DATASETS
+    if rule_applies and not parentheticals:
         header["parentheticals"] = False
     if vocabulary != ds.DEFAULT_VOCABULARY and dataset == "bc5cdr-chemical":
         header["vocabulary"] = list(vocabulary)
-    return {**header, **evaluate_linking(task, system_, parentheticals)}
+    return {**header, **evaluate_linking(task, system_, rule_applies and parentheticals)}
 
 
 def run_train_folds(dataset: str, **settings) -> dict:
