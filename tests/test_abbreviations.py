@@ -39,6 +39,8 @@ def test_a_plural_short_form_defines_its_singular():
     "rats got saline (C) twice",  # one letter must be the initial of the word before
     "intravenous thyroxine (T4) was given",  # the digit is in no word before
     "as shown before (see Methods) the",
+    # a long form ending in a function word is no name: "Na" is no "Na+-binding properties of the"
+    "deteriorated Na+-binding properties of the (Na,K)-ATPase",
 ])
 def test_what_is_not_a_definition(text):
     assert defined(text) == defined(text, missed=False)
@@ -217,6 +219,19 @@ def test_a_mention_the_dictionary_holds_as_written_is_not_expanded():
     assert linked_text("GALC deficiency", abbreviations, is_name) == "galactosylceramidase deficiency"
     # a bare short form is a name of many concepts: its definition says which
     assert linked_text("PD", abbreviations, is_name) == "Parkinson's disease"
+
+
+def test_an_element_symbol_is_linked_as_the_elements_name_when_the_dictionary_holds_it():
+    names = {"sodium", "potassium", "cobalt", "carbon monoxide"}
+    is_name = lambda text: text.lower() in names
+    assert linked_text("Na", {}, is_name) == "sodium"
+    assert linked_text("Co", {}, is_name) == "cobalt"
+    # case and all: "CO" is carbon monoxide, "NA" no element, "na" as written
+    assert [linked_text(t, {}, is_name) for t in ("CO", "NA", "na", "Na+")] == ["CO", "NA", "na", "Na+"]
+    # a dictionary without the name (a disease vocabulary) keeps the symbol
+    assert linked_text("Li", {}, is_name) == "Li"
+    # the text's own definition comes first
+    assert linked_text("K", {"K": "kanamycin"}, is_name) == "kanamycin"
 
 
 def test_the_harness_keeps_a_dictionary_name_as_written():

@@ -2,7 +2,7 @@
 import spacy
 from spacy.tokens import DocBin
 
-from spacy_sapbert.pipe.tokenization import split_close_before_hyphen
+from spacy_sapbert.pipe.tokenization import biomedical_tokens
 from spacy_sapbert.training.data.datasets import read_pubtator
 from spacy_sapbert.training.ner import ConversionStats, convert, corpus_docs
 
@@ -30,7 +30,7 @@ def test_mentions_become_entities_and_every_mention_is_accounted_for(tmp_path):
     path.write_text(PUBTATOR)
     corpus = read_pubtator(path, keep_unlinkable=True)
     stats = ConversionStats()
-    (doc,) = corpus_docs(corpus, split_close_before_hyphen(spacy.blank("en")), stats)
+    (doc,) = corpus_docs(corpus, biomedical_tokens(spacy.blank("en")), stats)
     ents = [(e.text, e.label_) for e in doc.ents]
     assert ("Cisplatin", "Chemical") in ents and ("nephrotoxicity", "Disease") in ents
     assert ("aminoCAT", "Chemical") in ents  # the unlinkable mention is still a mention

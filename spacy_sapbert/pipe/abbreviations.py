@@ -9,8 +9,12 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from spacy.tokens import Doc, Span
 
+from .elements import element_name
+
 # What may close a short form inside its parenthesis: "(T)", "(PB: 15 mg/kg)", "(MDS; n = 12)".
 _SHORT_FORM_END = {")", ":", ";", ","}
+# Words no name ends in, written in lower case (a capital "A" ends "cyclosporin A").
+_FUNCTION_WORDS = {"the", "a", "an", "of", "and", "or", "in", "on", "at", "to", "for", "with", "by", "from", "as"}
 
 
 def long_forms(doc: Doc, missed: bool = True, entities: Optional[Sequence[Span]] = None) -> Dict[str, Span]:
@@ -73,10 +77,12 @@ def put_right(short: str, form: Span) -> Optional[Span]:
     """A long form as Schwartz & Hearst's algorithm finds it, put right: none if it holds a
     parenthesis of its own or half of one ("carboplatin's advantages (CBDCA) over cisplatin" is
     no definition of CDDP; a bracket inside a word, "poly(ADP-ribose) polymerase", stays), or if
-    the short form holds half of one; and the words right before it when their initials spell
+    the short form holds half of one, or if it ends in a function word, as no name does ("Na+-binding
+    properties of the (Na,K)-ATPase"); and the words right before it when their initials spell
     the short form, a plural's "s" aside, where the algorithm stopped at the shortest match
     inside a word ("combined oral contraceptives (COCs)", not "contraceptives")."""
-    if not _balanced(short) or not _balanced(form.text) or re.search(r"\s[(\[]", form.text):
+    if (not _balanced(short) or not _balanced(form.text) or re.search(r"\s[(\[]", form.text)
+            or form[-1].text in _FUNCTION_WORDS):
         return None
     letters = short[:-1] if _plural(short) else short
     if len(letters) >= 2 and letters.isalpha() and len(form) < len(letters) <= form.end:
@@ -283,8 +289,13 @@ def linked_text(text: str, abbreviations: Dict[str, str], is_name: Callable[[str
     than a short form and the dictionary holds it as written (`is_name`): "diminished GALC
     activity" is a MEDIC name, "diminished galactosylceramidase activity" none. A bare short
     form is always expanded ("PD" is a name of several concepts, Parkinson's disease's defined
-    one among them)."""
+    one among them). A chemical element's symbol that the text does not define otherwise is
+    linked as the element's name, when that is a name of the dictionary: "Na" as sodium
+    (elements.element_name)."""
     expanded = expand_abbreviations(text, abbreviations)
-    if expanded != text and text not in abbreviations and is_name(text):
+    if expanded == text:
+        element = element_name(text)
+        return element if element is not None and is_name(element) else text
+    if text not in abbreviations and is_name(text):
         return text
     return expanded

@@ -7,7 +7,7 @@ from spacy.lang.en.stop_words import STOP_WORDS
 
 from ..assets import ASSETS, DEFAULT
 from ..kb.concepts import KnowledgeBase
-from .tokenization import split_close_before_hyphen
+from .tokenization import biomedical_tokens
 
 DEMO_NER = ASSETS / "ner"
 
@@ -80,8 +80,8 @@ def demo_pipeline(
 
     if ner is None and (DEMO_NER / "config.cfg").exists():
         ner = str(DEMO_NER)
-    # The bundled NER's tokenizer has split_close_before_hyphen already; a user's NER is kept as it is.
-    nlp = spacy.load(ner) if ner is not None else split_close_before_hyphen(spacy.blank("en"))
+    # The bundled NER's tokenizer has the biomedical_tokens rules already; a user's NER is kept as it is.
+    nlp = spacy.load(ner) if ner is not None else biomedical_tokens(spacy.blank("en"))
     if "sentencizer" not in nlp.pipe_names and not nlp.has_pipe("parser") and not nlp.has_pipe("senter"):
         nlp.add_pipe("sentencizer", first=True)
     # A saved pipeline may bring its own linker: this one, with these settings, replaces it.

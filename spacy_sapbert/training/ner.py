@@ -14,7 +14,7 @@ from spacy.tokens import Doc, DocBin
 from wasabi import msg
 
 from spacy_sapbert.pipe.bundled import DEMO_NER
-from spacy_sapbert.pipe.tokenization import split_close_before_hyphen
+from spacy_sapbert.pipe.tokenization import biomedical_tokens
 
 from .data.datasets import Corpus, read_pubtator
 from .data.tally import Tally
@@ -70,8 +70,8 @@ def corpus_docs(corpus: Corpus, nlp, stats: ConversionStats) -> List[Doc]:
 
 def convert(data_dir: Path, output_dir: Path) -> List[Tuple[str, ConversionStats]]:
     """Write train.spacy and dev.spacy from BC5CDR's PubTator files."""
-    # The tokens the NER trains on: its config's before_init gives its own tokenizer the same rule.
-    nlp = split_close_before_hyphen(spacy.blank("en"))
+    # The tokens the NER trains on: its config's before_init gives its own tokenizer the same rules.
+    nlp = biomedical_tokens(spacy.blank("en"))
     output_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for split, filename in BC5CDR_FILES.items():

@@ -64,16 +64,16 @@ class TextNormaliser:
 def document_abbreviations(documents: Iterable[Document], batch_size: int = 32,
                            missed: bool = True) -> Dict[str, Dict[str, str]]:
     """Short form → long form for each document, as the pipe reads them (abbreviations.long_forms):
-    the abbreviation detector (scispaCy's, or its copy) over spaCy's English tokenizer, with a
-    ")" before a hyphen split off (split_close_before_hyphen), and, with `missed`, the
+    the abbreviation detector (scispaCy's, or its copy) over spaCy's English tokenizer with the
+    pipe's biomedical rules (tokenization.biomedical_tokens), and, with `missed`, the
     definitions it misses and the short forms among the document's mentions (the pipe's
     entities) used without one."""
     import spacy
 
     from spacy_sapbert.pipe import abbreviation_detector  # noqa: F401  (registers the factory)
-    from spacy_sapbert.pipe.tokenization import split_close_before_hyphen
+    from spacy_sapbert.pipe.tokenization import biomedical_tokens
 
-    nlp = split_close_before_hyphen(spacy.blank("en"))
+    nlp = biomedical_tokens(spacy.blank("en"))
     nlp.add_pipe("abbreviation_detector")
     documents = list(documents)
     found: Dict[str, Dict[str, str]] = {}
