@@ -1,4 +1,5 @@
-"""Element symbols are read as the elements' names (pipe/elements.py), case and all."""
+"""Element symbols and molecular formulas are read as the names of what they write (pipe/elements.py,
+pipe/formulas.py), case and all."""
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
 from spacy_sapbert.pipe.elements import ELEMENTS, element_name
 from spacy_sapbert.search.index import ConceptIndex
@@ -22,3 +23,22 @@ def test_the_pipe_links_a_symbol_as_its_element(tiny_model, tiny_encoder, tmp_pa
                                            "label_types": {}}).initialize()
     (ent,) = nlp("Serum Li rose.").ents
     assert (ent._.cui, ent._.cui_score) == ("D008094", 1.0)
+
+
+def test_a_formula_is_read_by_what_it_holds_in_any_order():
+    from spacy_sapbert.pipe.formulas import composition, formula_name, hill
+
+    assert hill(composition("Ca(OH)2")) == "CaH2O2" and hill(composition("CH3COOH")) == "C2H4O2"
+    assert [formula_name(t) for t in ("NaCl", "ClNa", "H2O", "CCl4", "NH4Cl")] == [
+        "sodium chloride", "sodium chloride", "water", "carbon tetrachloride", "ammonium chloride"]
+    # short forms of capitals, symbols, formulas of isomers and what is no formula: none
+    assert [formula_name(t) for t in ("OC", "CO", "SNP", "Na", "C2H5OH", "CsA", "FK506", "Ca(2+)", "(")] == [None] * 9
+
+
+def test_a_formula_is_linked_as_its_compound_when_the_dictionary_holds_the_name():
+    from spacy_sapbert.pipe.abbreviations import linked_text
+
+    is_name = {"sodium chloride", "water"}.__contains__
+    assert linked_text("NaCl", {}, lambda t: is_name(t.lower())) == "sodium chloride"
+    assert linked_text("KCl", {}, lambda t: is_name(t.lower())) == "KCl"  # no potassium chloride here
+    assert linked_text("NaCl", {"NaCl": "N-acetylcysteine lysinate"}, lambda t: True) == "N-acetylcysteine lysinate"

@@ -10,6 +10,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 from spacy.tokens import Doc, Span
 
 from .elements import element_name
+from .formulas import formula_name
 
 # What may close a short form inside its parenthesis: "(T)", "(PB: 15 mg/kg)", "(MDS; n = 12)".
 _SHORT_FORM_END = {")", ":", ";", ","}
@@ -290,12 +291,13 @@ def linked_text(text: str, abbreviations: Dict[str, str], is_name: Callable[[str
     activity" is a MEDIC name, "diminished galactosylceramidase activity" none. A bare short
     form is always expanded ("PD" is a name of several concepts, Parkinson's disease's defined
     one among them). A chemical element's symbol that the text does not define otherwise is
-    linked as the element's name, when that is a name of the dictionary: "Na" as sodium
-    (elements.element_name)."""
+    linked as the element's name, and a molecular formula as its compound's, when that is a name
+    of the dictionary: "Na" as sodium (elements.element_name), "NaCl" as sodium chloride
+    (formulas.formula_name)."""
     expanded = expand_abbreviations(text, abbreviations)
     if expanded == text:
-        element = element_name(text)
-        return element if element is not None and is_name(element) else text
+        name = element_name(text) or formula_name(text)
+        return name if name is not None and is_name(name) else text
     if text not in abbreviations and is_name(text):
         return text
     return expanded
