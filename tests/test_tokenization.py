@@ -14,7 +14,9 @@ def test_close_bracket_before_a_hyphen_is_split_by_the_registered_callback():
 
 
 @pytest.mark.parametrize("text, tokens", [
-    ("Na+/K+ ATPase", ["Na", "+", "/K", "+", "ATPase"]),
+    ("Na+/K+ ATPase", ["Na", "+", "/", "K", "+", "ATPase"]),
+    ("Na+-K+ pump", ["Na", "+", "-", "K", "+", "pump"]),
+    ("(+/-)-amphetamine", ["(", "+", "/-", ")", "-", "amphetamine"]),
     ("Ca+2 levels", ["Ca", "+", "2", "levels"]),
     ("[Na]o fell", ["[", "Na", "]", "o", "fell"]),
     ("GABA(A) receptor", ["GABA", "(", "A", ")", "receptor"]),
