@@ -11,16 +11,9 @@ from pathlib import Path
 
 from chemicals.identifiers import pubchem_db
 
+from spacy_sapbert.pipe.formulas import composition, hill
+
 OUTPUT = Path(__file__).resolve().parent.parent / "spacy_sapbert" / "assets" / "formulas.tsv.gz"
-
-
-def carbons(formula: str) -> int:
-    found = re.search(r"C(?![a-z])(\d*)", formula)
-    return 0 if found is None else int(found.group(1) or 1)
-
-
-def atoms(formula: str) -> int:
-    return sum(int(count or 1) for _, count in re.findall(r"([A-Z][a-z]?)(\d*)", formula))
 
 
 def main() -> None:
@@ -29,10 +22,13 @@ def main() -> None:
     pubchem_db.finish_loading()
     names = defaultdict(set)
     for entry in pubchem_db.CAS_index.values():
-        if (entry.charge or re.search(r"[+-]", entry.formula) or carbons(entry.formula) > 1
-                or atoms(entry.formula) < 2 or not re.search(r"[a-z]{3}", entry.common_name or "")):
+        # Read as the linker reads a mention's formula, so that a row is found as it is keyed;
+        # an isotope's formula ("D2O", "[13C]") reads as none.
+        atoms = None if entry.charge or re.search(r"[+-]", entry.formula) else composition(entry.formula)
+        if (atoms is None or atoms["C"] > 1 or sum(atoms.values()) < 2
+                or not re.search(r"[a-z]{3}", entry.common_name or "")):
             continue  # a name that is a CAS number or a code names nothing a dictionary holds
-        names[entry.formula].add(entry.common_name)
+        names[hill(atoms)].add(entry.common_name)
     rows = sorted((formula, next(iter(found))) for formula, found in names.items() if len(found) == 1)
     with gzip.open(OUTPUT, "wt", encoding="utf-8", compresslevel=9) as out:
         out.write("".join(f"{formula}\t{name}\n" for formula, name in rows))
