@@ -33,32 +33,28 @@ INFIXES = (
 SUFFIXES = (r"(?<=[a-z]{3})-$",)
 
 
-def _added(current, rules) -> list:
-    pattern = current.__self__.pattern if current is not None else None
-    return [rule for rule in rules if pattern is None or rule not in pattern]
+def _with_rules(nlp: Language, infixes, suffixes=()) -> Language:
+    """`nlp` with `infixes` and `suffixes` added to its tokenizer's (kept when the pipeline is
+    saved), each rule once however often this is called."""
+    tokenizer = nlp.tokenizer
+    for attribute, rules, compile_rules, method in (("infix_finditer", infixes, compile_infix_regex, "finditer"),
+                                                    ("suffix_search", suffixes, compile_suffix_regex, "search")):
+        current = getattr(tokenizer, attribute)
+        patterns = [current.__self__.pattern] if current is not None else []
+        missing = [rule for rule in rules if not any(rule in pattern for pattern in patterns)]
+        if missing:
+            setattr(tokenizer, attribute, getattr(compile_rules(patterns + missing), method))
+    return nlp
 
 
 def biomedical_tokens(nlp: Language) -> Language:
-    """Add the rules to `nlp`'s tokenizer (kept when the pipeline is saved); each rule once."""
-    tokenizer = nlp.tokenizer
-    infixes = _added(tokenizer.infix_finditer, INFIXES)
-    if infixes:
-        current = [tokenizer.infix_finditer.__self__.pattern] if tokenizer.infix_finditer is not None else []
-        tokenizer.infix_finditer = compile_infix_regex(current + infixes).finditer
-    suffixes = _added(tokenizer.suffix_search, SUFFIXES)
-    if suffixes:
-        current = [tokenizer.suffix_search.__self__.pattern] if tokenizer.suffix_search is not None else []
-        tokenizer.suffix_search = compile_suffix_regex(current + suffixes).search
-    return nlp
+    """Add the rules to `nlp`'s tokenizer."""
+    return _with_rules(nlp, INFIXES, SUFFIXES)
 
 
 def split_close_before_hyphen(nlp: Language) -> Language:
     """The first rule alone, as pipelines saved before the others had it."""
-    infixes = nlp.tokenizer.infix_finditer
-    current = [infixes.__self__.pattern] if infixes is not None else []
-    if not any(CLOSE_BEFORE_HYPHEN in pattern for pattern in current):  # once is enough
-        nlp.tokenizer.infix_finditer = compile_infix_regex(current + [CLOSE_BEFORE_HYPHEN]).finditer
-    return nlp
+    return _with_rules(nlp, (CLOSE_BEFORE_HYPHEN,))
 
 
 @registry.callbacks("spacy-sapbert.biomedical_tokens.v1")
