@@ -146,11 +146,12 @@ def test_without_a_detector_before_the_pipe_nothing_is_resolved(tiny_model, tiny
     assert [e._.cui for e in without(text).ents][1:] == [e._.cui for e in after(text).ents][1:] != ["D008687"] * 2
 
 
-def used_without_definition(text, mentions, missed=True):
+def used_without_definition(text, mentions, missed=True, names=None):
     """document_abbreviations with `mentions` (texts, each at its first place in `text`) as
-    the document's entities."""
+    the document's entities; `names`: the dictionary's names, if it is asked."""
     found = [ds.Mention("1", text.index(m), text.index(m) + len(m), m, "Disease", ["D1"]) for m in mentions]
-    return document_abbreviations([ds.Document("1", text, found)], missed=missed)["1"]
+    is_name = None if names is None else (lambda written: written in names)
+    return document_abbreviations([ds.Document("1", text, found)], missed=missed, is_name=is_name)["1"]
 
 
 @pytest.mark.parametrize("text, mentions, short, long_form", [
@@ -170,11 +171,35 @@ def test_a_short_form_used_without_definition_takes_the_entity_it_abbreviates(te
     ("DMPK deficient mice. DM patients.", ["DMPK deficient", "DM"]),
     # two entities it could abbreviate: none is chosen
     ("acute renal failure and acute rheumatic fever; ARF.", ["acute renal failure", "acute rheumatic fever", "ARF"]),
-    # a one-word entity is no long form
+    # a one-word entity is no long form unless the dictionary can be asked
     ("Metformin. MET", ["Metformin", "MET"]),
 ])
 def test_no_entity_to_abbreviate(text, mentions):
     assert used_without_definition(text, mentions) == used_without_definition(text, mentions, missed=False) == {}
+
+
+@pytest.mark.parametrize("text, mentions, short, word", [
+    ("Tacrolimus was given. TAC levels rose.", ["Tacrolimus", "TAC"], "TAC", "Tacrolimus"),
+    # a plural's "s" aside
+    ("Use of benzodiazepines in the old. BZDs and falls.", ["benzodiazepines", "BZDs"], "BZDs", "benzodiazepines"),
+])
+def test_a_short_form_no_name_knows_takes_the_one_word_it_abbreviates(text, mentions, short, word):
+    assert short not in used_without_definition(text, mentions)
+    assert used_without_definition(text, mentions, names=set())[short] == word
+
+
+@pytest.mark.parametrize("text, mentions, names", [
+    # a name of the dictionary is read as that name: "ATP" is no "atropine"
+    ("Atropine was given. ATP fell.", ["Atropine", "ATP"], {"ATP"}),
+    # two letters are found in order in too many words to tell
+    ("Nitroglycerin was given. NO rose.", ["Nitroglycerin", "NO"], set()),
+    # two words it could abbreviate: none is chosen
+    ("Tacrolimus and tacalcitol. TAC.", ["Tacrolimus", "tacalcitol", "TAC"], set()),
+    # the word must start with the short form's first letter
+    ("Cyclosporine. SPR.", ["Cyclosporine", "SPR"], set()),
+])
+def test_no_one_word_to_abbreviate(text, mentions, names):
+    assert used_without_definition(text, mentions, names=names) == {}
 
 
 def test_a_definition_in_the_text_is_kept_over_an_entity():
@@ -192,6 +217,19 @@ def test_the_pipe_links_a_short_form_used_without_definition(tiny_model, tiny_in
     nlp.add_pipe("sapbert_linker", config=config)
     doc = nlp("Rats got acetylsalicylic acid daily. ASA lowered pain.")
     assert [(e.text, e._.cui) for e in doc.ents] == [("acetylsalicylic acid", "D001241"), ("ASA", "D001241")]
+
+
+def test_the_pipe_links_a_short_form_of_one_word_used_without_definition(tiny_model, tiny_index_dir):
+    import scispacy.abbreviation  # noqa: F401
+
+    config = {"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0}
+    # "IDDM" is a name of the index: it keeps its own link, though "indandermatosis" holds I, D, D, M
+    nlp = ruler_nlp([("Chemical", "Metformin"), ("Chemical", "MTF"), ("Disease", "indandermatosis"), ("Disease", "IDDM")])
+    nlp.add_pipe("abbreviation_detector")
+    nlp.add_pipe("sapbert_linker", config=config)
+    doc = nlp("Metformin was given. MTF lowered glucose. No indandermatosis; IDDM was seen.")
+    assert [(e.text, e._.cui) for e in doc.ents][:2] == [("Metformin", "D008687"), ("MTF", "D008687")]
+    assert (doc.ents[3].text, doc.ents[3]._.cui) == ("IDDM", "D003922")
 
 
 @pytest.mark.parametrize("text, abbreviations, expected", [

@@ -420,13 +420,13 @@ class SapBERTLinker(Pipe):
         """The entities to annotate (put right by the long forms where asked) and, for each, the
         mention it is linked as (text, type prefixes), or None when its label is not linked."""
         spans = doc.spans.get(self.spans_key, []) if self.spans_key else doc.ents
-        forms = (long_forms(doc, missed=self._detector_runs_first(), entities=spans)
+        generator = self._loaded()
+        forms = (long_forms(doc, missed=self._detector_runs_first(), entities=spans, is_name=generator.holds_name)
                  if self.resolve_abbreviations else {})
         ents = follow_long_forms(spans, forms) if self.follow_long_forms else list(spans)
         abbreviations = {short: form.text for short, form in forms.items()}
         types_by_label = self._types_by_label()
         link_labels = {label.lower() for label in self.labels}
-        generator = self._loaded()
         context = getattr(generator.encoder, "context", None)
 
         def mention(ent: Span) -> Mention:

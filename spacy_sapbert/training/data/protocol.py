@@ -61,13 +61,14 @@ class TextNormaliser:
         return " ".join(_PUNCTUATION.split(" ".join(tokens))).strip()
 
 
-def document_abbreviations(documents: Iterable[Document], batch_size: int = 32,
-                           missed: bool = True) -> Dict[str, Dict[str, str]]:
+def document_abbreviations(documents: Iterable[Document], batch_size: int = 32, missed: bool = True,
+                           is_name: Optional[Callable[[str], bool]] = None) -> Dict[str, Dict[str, str]]:
     """Short form → long form for each document, as the pipe reads them (abbreviations.long_forms):
     the abbreviation detector (scispaCy's, or its copy) over spaCy's English tokenizer with the
     pipe's biomedical rules (tokenization.biomedical_tokens), and, with `missed`, the
     definitions it misses and the short forms among the document's mentions (the pipe's
-    entities) used without one."""
+    entities) used without one; `is_name`: whether the dictionary holds a text as a name, as
+    the pipe's asks its index."""
     import spacy
 
     from spacy_sapbert.pipe import abbreviation_detector  # noqa: F401  (registers the factory)
@@ -80,7 +81,7 @@ def document_abbreviations(documents: Iterable[Document], batch_size: int = 32,
     for document, doc in zip(documents, nlp.pipe((d.text for d in documents), batch_size=batch_size)):
         spans = [doc.char_span(m.start, m.end, alignment_mode="expand") for m in document.mentions]
         entities = [span for span in spans if span is not None]
-        found[document.doc_id] = {short: form.text for short, form in long_forms(doc, missed, entities).items()}
+        found[document.doc_id] = {short: form.text for short, form in long_forms(doc, missed, entities, is_name).items()}
     return found
 
 
@@ -284,26 +285,28 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
         folder = ds.cadec_fold(data_dir, fold)
         training = ds.read_cadec_pairs(folder / "train.txt")
         mentions, n_unlinkable = training if split == "train" else ds.read_cadec_pairs(folder / "test.txt"), 0
-        abbreviations: Dict[str, Dict[str, str]] = {}
     elif split == TRAIN_FOLD:
         corpus, training = train_fold(ds.load_pubtator_split(dataset, "train", data_dir), fold)
         mentions, n_unlinkable = corpus.mentions, 0
-        abbreviations = document_abbreviations(corpus.documents) if protocol == "standard" else {}
     else:
         corpus = ds.load_pubtator_split(dataset, split, data_dir)
         mentions, n_unlinkable = corpus.mentions, corpus.n_unlinkable
         training_splits = ["train"] + (["dev"] if split == "test" else [])
         training = [m for s in training_splits for m in ds.load_pubtator_split(dataset, s, data_dir).mentions]
-        abbreviations = document_abbreviations(corpus.documents) if protocol == "standard" else {}
     dictionary = ds.base_dictionary(dataset, data_dir, vocabulary)
     if protocol == "standard":
         dictionary = _normalised_kb(dictionary, normalise)
     additions = [(dictionary.resolve_id(concept_id) or concept_id, name)
                  for concept_id, name in dictionary_additions(training, protocol, normalise)]
     trained = add_training_names(dictionary, additions, training_precedence)
-    # A name a mention keeps as written (build_queries): the base vocabulary's for train queries,
-    # whose own texts are the training names; only asked of a mention with a short form to expand.
-    names = (dictionary if split == "train" else trained).name_lookup() if any(abbreviations.values()) else {}
+    # A name of the dictionary the mentions are linked against (the base vocabulary's for train
+    # queries, whose own texts are the training names): what a mention keeps as written
+    # (build_queries), and what no undefined short form is guessed for (long_forms).
+    abbreviations: Dict[str, Dict[str, str]] = {}
+    names: Dict[str, List[str]] = {}
+    if protocol == "standard" and dataset != "cadec":
+        names = (dictionary if split == "train" else trained).name_lookup()
+        abbreviations = document_abbreviations(corpus.documents, is_name=lambda text: name_key(text) in names)
     queries = build_queries(mentions, protocol, abbreviations, normalise, lambda text: name_key(text) in names)
     documents = {} if dataset == "cadec" else {doc.doc_id: doc.text for doc in corpus.documents}
     return Task(queries, trained, n_unlinkable, documents)
