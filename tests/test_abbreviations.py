@@ -56,6 +56,12 @@ def test_the_detectors_own_definitions_stand():
     ("among women on combined oral contraceptives (COCs). COC users", "COCs", "combined oral contraceptives"),
     ("Hereditary hemochromatosis (HH) is common", "HH", "Hereditary hemochromatosis"),
     ("inhibitors of poly(ADP-ribose) polymerase (PARP) protect", "PARP", "poly(ADP-ribose) polymerase"),
+    # a chemical name is whole with the locants and letters it opens with
+    ("of mGluR5, 2-methyl-6-(phenylethynyl)pyridine (MPEP) was", "MPEP", "2-methyl-6-(phenylethynyl)pyridine"),
+    ("Rats were given 3-mercaptopropionic acid (MPA) daily.", "MPA", "3-mercaptopropionic acid"),
+    ("the gamma-glutamyltransferase (GT) rose", "GT", "gamma-glutamyltransferase"),
+    # a word before the hyphen that is no locant stays out
+    ("by RT-PCR/restriction enzyme (RE) analysis", "RE", "restriction enzyme"),
 ])
 def test_long_forms_put_right(text, short, long_form):
     assert defined(text, missed=False)[short] == defined(text)[short] == long_form

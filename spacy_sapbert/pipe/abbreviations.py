@@ -104,7 +104,8 @@ def put_right(short: str, form: Span) -> Optional[Span]:
     the short form holds half of one, or if it ends in a function word, as no name does ("Na+-binding
     properties of the (Na,K)-ATPase"); and the words right before it when their initials spell
     the short form, a plural's "s" aside, where the algorithm stopped at the shortest match
-    inside a word ("combined oral contraceptives (COCs)", not "contraceptives")."""
+    inside a word ("combined oral contraceptives (COCs)", not "contraceptives"), or the whole
+    word where it began after the locants a chemical name opens with (`_whole_word`)."""
     if (not _balanced(short) or not _balanced(form.text) or re.search(r"\s[(\[]", form.text)
             or form[-1].text in _FUNCTION_WORDS):
         return None
@@ -113,7 +114,30 @@ def put_right(short: str, form: Span) -> Optional[Span]:
         words = form.doc[form.end - len(letters):form.end]
         if all(t.is_alpha for t in words) and all(t.text[0].lower() == c.lower() for t, c in zip(words, letters)):
             return words
-    return form
+    return _whole_word(form)
+
+
+# What a chemical name can open with before a hyphen: a locant ("2", "3'", "N(6)"), a letter
+# ("X-linked", "p-", "L-"), a Greek letter, a stereo descriptor ("(R)", "(+/-)", "cis"), any of
+# them in a list ("2,3"); case aside.
+_LOCANT = (r"(?:\d+[a-z]?'*|[a-z](?:\(\d+\))?|alpha|beta|gamma|delta|epsilon|kappa|omega|[\u03b1-\u03c9]"
+           r"|\([rsez+-]\)|\(\+/-\)|cis|trans|tert|sec|iso|dl)")
+_PREFIXES = re.compile(rf"(?:{_LOCANT}(?:,{_LOCANT})*-)+", re.IGNORECASE)
+
+
+def _whole_word(form: Span) -> Span:
+    """`form` from the start of its first word where Schwartz & Hearst began it after the
+    locants and letters a chemical name opens with ("2-methyl-6-(phenylethynyl)pyridine (MPEP)",
+    not "methyl-6-(phenylethynyl)pyridine"; "gamma-glutamyltransferase (GT)")."""
+    doc, start = form.doc, form.start_char
+    word_start = start
+    while word_start > 0 and not doc.text[word_start - 1].isspace():
+        word_start -= 1
+    prefix = doc.text[word_start:start] + ("-" if form.text.startswith("-") else "")
+    if word_start == start or not _PREFIXES.fullmatch(prefix):
+        return form
+    whole = doc.char_span(word_start, form.end_char)
+    return whole if whole is not None else form
 
 
 def _balanced(text: str) -> bool:
