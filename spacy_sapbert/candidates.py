@@ -5,7 +5,9 @@ all link through one `CandidateGenerator`, so the figures are the pipe's.
 A mention is linked in this order: no content (no letter or digit, or only stop words) gives
 nothing; a mention seen before comes from the cache; with `exact_match`, a mention equal to a
 name gets that name's concepts; the rest are encoded together and searched, dense or hybrid,
-the concepts bearing the mention's own name first (`exact_first`).
+the concepts bearing the mention's own name first (`exact_first`). A name of the generator's
+names table (`read_added_names`) counts as a name of the index, its concepts before the
+index's.
 """
 import dataclasses
 from collections import OrderedDict
@@ -15,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from spacy.lang.en.stop_words import STOP_WORDS
 
 from .encoders.base import mention_of
-from .kb.concepts import name_hash
+from .kb.concepts import KBFormatError, name_hash, name_key
 from .ranking.concepts import Candidates, search_concepts
 
 # A mention to link: its text, and the type prefixes its concepts must have (() for any). For
@@ -138,12 +140,16 @@ class CandidateGenerator:
     recorded: the scoring the model records (read_scoring), used where `scoring` says None.
     hybrid: the hybrid score's `ranking.hybrid.HybridRescorer` over the index's names; made from
         the index (and cached) on first need when not given.
+    names: added names (`read_added_names`): name_key → positions of its concepts in the index.
+        A mention equal to one gets those concepts first at score 1.0, before the index's own
+        concepts of that name and whatever the search found.
     """
 
     def __init__(self, encoder, index, settings: Optional[CandidateSettings] = None,
                  scoring: Optional[Scoring] = None, content_rule: bool = True,
-                 recorded: Optional[Scoring] = None, hybrid=None):
+                 recorded: Optional[Scoring] = None, hybrid=None, names: Optional[Dict[str, List[int]]] = None):
         self.content_rule = content_rule
+        self.names = names or {}
         self.encoder = encoder
         self.index = index
         self.settings = settings or CandidateSettings()
@@ -159,8 +165,9 @@ class CandidateGenerator:
         model records."""
         encoder = encoder_loader.load(calibration=index_loader.calibration())
         index = index_loader.load(encoder, graph_over=graph_over)
+        names = read_added_names(index_loader.names, index) if getattr(index_loader, "names", None) else {}
         model_path = getattr(encoder, "path", None) or encoder_loader.model_path()
-        return cls(encoder, index, settings, scoring, recorded=read_scoring(model_path))
+        return cls(encoder, index, settings, scoring, recorded=read_scoring(model_path), names=names)
 
     @property
     def tau(self) -> float:
@@ -225,6 +232,8 @@ class CandidateGenerator:
         missing = [mention for mention in distinct if mention not in found]
         if missing:
             searched = self._search(missing)
+            if self.names:
+                searched = {mention: self._added_first(mention, ranked) for mention, ranked in searched.items()}
             found.update(searched)
             self._remember(searched)
         return found
@@ -249,16 +258,26 @@ class CandidateGenerator:
             found.update(((text, types), candidates) for text, candidates in zip(group, results))
         return found
 
+    def _added_first(self, mention: Mention, candidates: Candidates) -> Candidates:
+        """`candidates` after the concepts the names table gives the mention's text, at 1.0."""
+        added = self._exact(mention_of(mention[0]), mention[1], index_names=False)
+        if not added:
+            return candidates
+        ids = {concept_id for concept_id, _ in added}
+        return (added + [(c, s) for c, s in candidates if c not in ids])[: self.settings.k]
+
     def holds_name(self, text: str, types: Tuple[str, ...] = ()) -> bool:
         """Whether `text` (ignoring case and spacing) is the name of a row of a concept of
-        `types`."""
+        `types`, or an added name of one."""
         return bool(self._exact(text, types))
 
-    def _exact(self, text: str, types: Tuple[str, ...]) -> Candidates:
-        """The concepts (of `types`) that have `text` as the name of a row, each with score 1.0,
-        in row order."""
-        rows = self.index.rows_named(name_hash(text))
-        positions = dict.fromkeys(int(c) for c in self.index.row_concepts[rows])
+    def _exact(self, text: str, types: Tuple[str, ...], index_names: bool = True) -> Candidates:
+        """The concepts (of `types`) that have `text` as an added name (`names`), in the table's
+        order, then, with `index_names`, as the name of a row, in row order; each with score 1.0."""
+        positions = dict.fromkeys(self.names.get(name_key(text), ()))
+        if index_names:
+            rows = self.index.rows_named(name_hash(text))
+            positions.update(dict.fromkeys(int(c) for c in self.index.row_concepts[rows]))
         return [(self.index.concept_ids[c], 1.0) for c in positions
                 if not types or self.index.has_type(c, types)][: self.settings.k]
 
@@ -272,3 +291,24 @@ class CandidateGenerator:
     def clear_cache(self) -> None:
         """Forget remembered candidates (after a knob that changes them, such as k)."""
         self._cache.clear()
+
+
+def read_added_names(path, index) -> Dict[str, List[int]]:
+    """A names table (kb.formats.read_names) as the generator asks it: each name's key → the
+    positions of its concepts in `index`, in the table's order. An id that is no concept of the
+    index, nor another id of one, fails with one sentence naming its line."""
+    from .kb.formats import read_names
+
+    position = {concept_id: i for i, concept_id in enumerate(index.concept_ids)}
+    names: Dict[str, List[int]] = {}
+    for line_no, name, concept_id in read_names(path):
+        found = position.get(concept_id)
+        if found is None:
+            found = position.get(index.kb.resolve_id(concept_id) or "")
+        if found is None:
+            raise KBFormatError(f"{path}:{line_no}: concept {concept_id!r} is not in the index "
+                                f"{index.meta.get('kb_name', '')!r}; fix or remove that line.")
+        concepts = names.setdefault(name_key(name), [])
+        if found not in concepts:
+            concepts.append(found)
+    return names

@@ -620,3 +620,47 @@ def test_a_path_that_is_not_there_fails_at_add_pipe(config, match, tmp_path, mon
 def test_a_folder_without_an_index_fails_at_add_pipe(tmp_path):
     with pytest.raises(ValueError, match=r"is not an index directory \(no meta\.json\)"):
         spacy.blank("en").add_pipe("sapbert_linker", config={"index": {"index": str(tmp_path)}})
+
+
+def _with_names(tiny_model, tiny_index_dir, names, **config):
+    nlp = ruler_nlp([("Chemical", "glucophage XR"), ("Chemical", "SM-5887"), ("Disease", "IDDM")])
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)},
+                                           "index": {"index": str(tiny_index_dir), "names": str(names)},
+                                           "threshold": 0.0, **config})
+    return nlp
+
+
+def test_a_names_table_adds_names_without_building_the_index_again(tiny_model, tiny_index_dir, tmp_path):
+    names = tmp_path / "names.tsv"
+    # a brand and a name the index gives another concept too: the table's concept comes first; a name
+    # matches as written, case and spacing aside ("sm 5887" is not "SM-5887")
+    names.write_text("# name\tconcept\nGlucophage XR\tD008687\nsm 5887\tD002945\n\nIDDM\tD003924\n", encoding="utf-8")
+    nlp = _with_names(tiny_model, tiny_index_dir, names)
+    doc = nlp("glucophage XR, SM-5887 and IDDM.")
+    links = {e.text: e._.kb_ents for e in doc.ents}
+    assert links["glucophage XR"][0] == ("D008687", 1.0) and links["SM-5887"][0] != ("D002945", 1.0)
+    assert links["IDDM"][:2] == [("D003924", 1.0), ("D003922", 1.0)]
+    # saved with the pipeline, the table goes with it
+    nlp.to_disk(tmp_path / "pipeline")
+    names.unlink()
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert {e.text: e._.kb_ents for e in loaded("glucophage XR, SM-5887 and IDDM.").ents} == links
+
+
+@pytest.mark.parametrize("content, message", [
+    ("metformin D008687\n", r"names.tsv:1: expected a name and a concept id separated by one tab"),
+    ("metformin\tD008687\nfoo\tD999999\n", r"names.tsv:2: concept 'D999999' is not in the index"),
+])
+def test_a_bad_names_table_fails_naming_its_line(tiny_model, tiny_index_dir, tmp_path, content, message):
+    from spacy_sapbert.kb import KBFormatError
+
+    names = tmp_path / "names.tsv"
+    names.write_text(content, encoding="utf-8")
+    nlp = _with_names(tiny_model, tiny_index_dir, names)
+    with pytest.raises(KBFormatError, match=message):
+        nlp("glucophage XR")
+
+
+def test_a_names_table_that_is_not_there_fails_at_add_pipe(tiny_model, tiny_index_dir, tmp_path):
+    with pytest.raises(ConceptIndexError, match=r"index.names '.*nowhere.tsv' is not a file"):
+        _with_names(tiny_model, tiny_index_dir, tmp_path / "nowhere.tsv")

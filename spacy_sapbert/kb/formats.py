@@ -245,6 +245,20 @@ def _split_ids(raw: str, path: PathLike, line_no: int, line: str, normalise: boo
     return ids
 
 
+def read_names(path: PathLike) -> List[Tuple[int, str, str]]:
+    """A names table: per line a name and the id of the concept it names, tab-separated
+    ("TAC<tab>D016559"; UTF-8, gzip if the name ends in .gz); blank lines and lines starting
+    with "#" are skipped. Returns (line number, name, concept id) in file order."""
+    rows = []
+    for line_no, row, line in _tsv_rows(path):
+        if line.lstrip().startswith("#"):
+            continue
+        if len(row) != 2 or not clean_name(row[0]) or not row[1].strip():
+            raise _error(path, line_no, "a name and a concept id separated by one tab", line)
+        rows.append((line_no, clean_name(row[0]), row[1].strip()))
+    return rows
+
+
 def read_biosyn(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
     """Read a SapBERT/BioSyn dictionary: `id[|alt_id…]||name`, one name per line. Ids are kept
     exactly as written; a name may not hold '|' ('name|synonym|…' is the medic format)."""

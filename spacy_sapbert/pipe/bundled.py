@@ -69,12 +69,14 @@ def demo_pipeline(
     index: str = DEFAULT,
     linker_config: Optional[dict] = None,
     encoder_config: Optional[dict] = None,
+    names: Optional[str] = None,
 ) -> Language:
     """NER + abbreviations + `sapbert_linker`.
 
     ner: a spaCy pipeline name or path whose NER sets doc.ents (e.g. scispaCy's
         en_ner_bc5cdr_md); None takes the bundled demo NER, or, until one is bundled, a
         dictionary ruler over the index's names.
+    names: a names table the linker adds to its index's names (index.names).
     """
     from . import linker  # noqa: F401  (registers the factory when not installed
 
@@ -87,7 +89,8 @@ def demo_pipeline(
     # A saved pipeline may bring its own linker: this one, with these settings, replaces it.
     for name in [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "sapbert_linker"]:
         nlp.remove_pipe(name)
-    config = {"encoder": {"model": model, **(encoder_config or {})}, "index": {"index": index}, **(linker_config or {})}
+    index_config = {"index": index, **({"names": names} if names is not None else {})}
+    config = {"encoder": {"model": model, **(encoder_config or {})}, "index": index_config, **(linker_config or {})}
     pipe = nlp.add_pipe("sapbert_linker", config=config)
     pipe.initialize()
     if ner is None:

@@ -33,6 +33,8 @@ warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"(scispacy\.abbre
 MODEL_DIR = "model"
 INDEX_DIR = "index"
 CFG_FILE = "cfg.json"
+# The names table (index.names) in a saved pipeline.
+NAMES_FILE = "names.tsv"
 
 
 ATTRIBUTES = {"cui": "cui", "score": "cui_score", "candidates": "kb_ents", "nil_candidates": "nil_kb_ents"}
@@ -523,6 +525,10 @@ class SapBERTLinker(Pipe):
             cfg["index_graph_over_codes"] = True
         else:
             generator.index.save(path / INDEX_DIR)
+        if self.index_loader.names is not None:
+            names = Path(self.index_loader.names).expanduser()
+            cfg["names"] = NAMES_FILE + (".gz" if names.suffix == ".gz" else "")
+            shutil.copyfile(names, path / cfg["names"])
         srsly.write_json(path / CFG_FILE, cfg)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "SapBERTLinker":
@@ -537,7 +543,7 @@ class SapBERTLinker(Pipe):
         self.encoder_loader = dataclasses.replace(
             self.encoder_loader, pooling=cfg.get("pooling", self.encoder_loader.pooling),
             precision=cfg.get("precision", self.encoder_loader.precision))
-        self.index_loader = IndexLoader(str(path / INDEX_DIR))
+        self.index_loader = IndexLoader(str(path / INDEX_DIR), names=str(path / cfg["names"]) if cfg.get("names") else None)
         self._load(model=path / MODEL_DIR, graph_over=path / INDEX_DIR if cfg.get("index_graph_over_codes") else None)
         return self
 

@@ -95,9 +95,15 @@ class IndexLoader:
     codes, the graph set from its shipped links on first use), "default-exact" (the same names,
     flat fp32), a named knowledge base ("mesh", "mondo", "hpo", "go", "chebi", "doid",
     "umls:META_FOLDER"; kb/named.py), indexed on first use and cached, or an index directory
-    from `spacy-sapbert build-index`."""
+    from `spacy-sapbert build-index`.
+
+    names: a names table to add to the index's names without building it again: a
+    tab-separated file of a name and a concept id per line ("TAC<tab>D016559"). A mention equal
+    to one of its names (ignoring case and spacing) gets that name's concepts first, at score
+    1.0: in-house codes, brand names, or the names an annotated corpus gives its concepts."""
 
     index: str = DEFAULT
+    names: Optional[str] = None
 
     def calibration(self) -> Optional[Path]:
         """The index directory whose names calibrate an int8 export of a model that searches it;
@@ -112,6 +118,9 @@ class IndexLoader:
         from ..kb.named import is_named
         from ..search.index import META_FILE, ConceptIndexError
 
+        if self.names is not None and not Path(str(self.names)).expanduser().is_file():
+            raise ConceptIndexError(f"index.names {str(self.names)!r} is not a file; give a tab-separated file of "
+                                    "names and concept ids, one pair per line, or leave it out.")
         index = str(self.index)
         if index in (DEFAULT, DEFAULT_EXACT) or is_named(index):
             return

@@ -297,11 +297,13 @@ def evaluate_command(
         False, "--gold-spans", help="With --end-to-end: the gold spans instead of the NER's, so that the pipe's own "
         "Acc@1 per label is measured (all linkable mentions and those whose gold the index holds)."),
     index: str = typer.Option("default", "--index", help="--end-to-end: the linker's index (default, a knowledge base by name such as mesh, or an index directory)."),
+    names: Optional[Path] = typer.Option(None, "--names", help="--end-to-end: a names table the linker adds to its index's "
+                                         "names (index.names; python -m spacy_sapbert.training.data.names writes one from a corpus)."),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     if end_to_end:
         _end_to_end_command(dataset.value, split.value, data_dir, model, precision,
-                            _scoring(sparse_weight, marginal_tau), output, index, gold_spans, fold)
+                            _scoring(sparse_weight, marginal_tau), output, index, gold_spans, fold, names)
         return
     settings = dict(system=system.value, protocol=protocol.value, data_dir=data_dir, model=model, precision=precision,
                     index_type=index_type, training_precedence=training_precedence, sparse_weight=sparse_weight,
@@ -327,7 +329,7 @@ def _linking_command(dataset: str, split: str, fold: int, settings: dict, output
 
 def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, precision: str,
                         config: dict, output: Optional[Path], index: str = "default", gold_spans: bool = False,
-                        fold: int = 0) -> None:
+                        fold: int = 0, names: Optional[Path] = None) -> None:
     from spacy_sapbert.pipe.bundled import demo_pipeline
 
     from .end_to_end import LABELS, evaluate_end_to_end, evaluate_gold_spans
@@ -339,10 +341,11 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
         msg.fail("--end-to-end reads one split; give --split train-fold --fold N for a fifth of train.")
         raise typer.Exit(1)
     try:
-        nlp = demo_pipeline(model=model, index=index, linker_config=config, encoder_config={"precision": precision})
+        nlp = demo_pipeline(model=model, index=index, linker_config=config, encoder_config={"precision": precision},
+                            names=str(names) if names is not None else None)
         evaluate = evaluate_gold_spans if gold_spans else evaluate_end_to_end
         shown = f"{TRAIN_FOLD}{fold}" if split == TRAIN_FOLD else split
-        metrics = {"model": model, "precision": precision, "index": index,
+        metrics = {"model": model, "precision": precision, "index": index, "names": str(names) if names else None,
                    **evaluate(nlp, split, data_dir, fold=fold), "split": shown}
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
