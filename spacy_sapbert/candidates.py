@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from spacy.lang.en.stop_words import STOP_WORDS
 
 from .encoders.base import mention_of
-from .kb.concepts import KBFormatError, name_hash, name_key
+from .kb.concepts import KBFormatError, exact_key, name_hash
 from .ranking.concepts import Candidates, search_concepts
 
 # A mention to link: its text, and the type prefixes its concepts must have (() for any). For
@@ -63,11 +63,11 @@ class Scoring:
         concept many close names point to outranks one lone name; each concept shows that score
         (at most 1), which `threshold` reads, so kb_ents reads in the order of its scores; 0
         ranks and scores concepts by their best name.
-    exact_first: the concepts holding a name that equals the mention (ignoring case and
-        spacing) rank before the others, in the model's order, at score 1.0 (as an identical
-        string), whether or not the search reached that name's row; the others stay as
-        alternatives (ranking.concepts.best_concepts).
-    exact_match: a mention that equals a name of the index (ignoring case and spacing) gets
+    exact_first: the concepts holding a name that equals the mention (ignoring case, spacing
+        and punctuation: kb.exact_key) rank before the others, in the model's order, at score
+        1.0 (as an identical string), whether or not the search reached that name's row; the
+        others stay as alternatives (ranking.concepts.best_concepts).
+    exact_match: a mention that equals a name of the index (as exact_first compares them) gets
         that name's concepts with score 1.0 and is not encoded.
     """
 
@@ -140,7 +140,7 @@ class CandidateGenerator:
     recorded: the scoring the model records (read_scoring), used where `scoring` says None.
     hybrid: the hybrid score's `ranking.hybrid.HybridRescorer` over the index's names; made from
         the index (and cached) on first need when not given.
-    names: added names (`read_added_names`): name_key → positions of its concepts in the index.
+    names: added names (`read_added_names`): exact_key → positions of its concepts in the index.
         A mention equal to one gets those concepts first at score 1.0, before the index's own
         concepts of that name and whatever the search found.
     """
@@ -267,14 +267,14 @@ class CandidateGenerator:
         return (added + [(c, s) for c, s in candidates if c not in ids])[: self.settings.k]
 
     def holds_name(self, text: str, types: Tuple[str, ...] = ()) -> bool:
-        """Whether `text` (ignoring case and spacing) is the name of a row of a concept of
-        `types`, or an added name of one."""
+        """Whether `text` (ignoring case, spacing and punctuation) is the name of a row of a
+        concept of `types`, or an added name of one."""
         return bool(self._exact(text, types))
 
     def _exact(self, text: str, types: Tuple[str, ...], index_names: bool = True) -> Candidates:
         """The concepts (of `types`) that have `text` as an added name (`names`), in the table's
         order, then, with `index_names`, as the name of a row, in row order; each with score 1.0."""
-        positions = dict.fromkeys(self.names.get(name_key(text), ()))
+        positions = dict.fromkeys(self.names.get(exact_key(text), ()))
         if index_names:
             rows = self.index.rows_named(name_hash(text))
             positions.update(dict.fromkeys(int(c) for c in self.index.row_concepts[rows]))
@@ -308,7 +308,7 @@ def read_added_names(path, index) -> Dict[str, List[int]]:
         if found is None:
             raise KBFormatError(f"{path}:{line_no}: concept {concept_id!r} is not in the index "
                                 f"{index.meta.get('kb_name', '')!r}; fix or remove that line.")
-        concepts = names.setdefault(name_key(name), [])
+        concepts = names.setdefault(exact_key(name), [])
         if found not in concepts:
             concepts.append(found)
     return names

@@ -78,12 +78,13 @@ def test_the_pipe_settings_put_the_exact_name_first_with_alternatives(twin_index
         generator = CandidateGenerator(FixedEncoder(), twin_index, CandidateSettings(threshold=0.0),
                                        Scoring(**settings), content_rule=False,
                                        recorded=Scoring(sparse_weight=0.0, marginal_tau=0.05))
-        return generator.generate([("Gut  Ache", ()), ("belly ache", ())])
+        return generator.generate([("Gut  Ache", ()), ("belly ache", ()), ("Gut-ache!", ())])
 
     exact_first, by_model = linked(), linked(exact_first=False)
     assert [c for c, _ in by_model[0]] == ["B", "A"]
     assert [c for c, _ in exact_first[0]] == ["A", "B"]  # any case and spacing; B stays an alternative
     assert exact_first[1] == by_model[1]  # no exact name: the model's order
+    assert exact_first[2] == exact_first[0]  # nor punctuation ("Hoe-140" is "HOE 140", as the standard protocol reads them)
     assert twin_index.row_keys()[0] == name_hash("GUT ACHE")
 
 

@@ -632,13 +632,13 @@ def _with_names(tiny_model, tiny_index_dir, names, **config):
 
 def test_a_names_table_adds_names_without_building_the_index_again(tiny_model, tiny_index_dir, tmp_path):
     names = tmp_path / "names.tsv"
-    # a brand and a name the index gives another concept too: the table's concept comes first; a name
-    # matches as written, case and spacing aside ("sm 5887" is not "SM-5887")
+    # a brand, a code, and a name the index gives another concept too: the table's concept comes
+    # first; a name matches whatever its case, spacing and punctuation ("sm 5887" is "SM-5887")
     names.write_text("# name\tconcept\nGlucophage XR\tD008687\nsm 5887\tD002945\n\nIDDM\tD003924\n", encoding="utf-8")
     nlp = _with_names(tiny_model, tiny_index_dir, names)
     doc = nlp("glucophage XR, SM-5887 and IDDM.")
     links = {e.text: e._.kb_ents for e in doc.ents}
-    assert links["glucophage XR"][0] == ("D008687", 1.0) and links["SM-5887"][0] != ("D002945", 1.0)
+    assert links["glucophage XR"][0] == ("D008687", 1.0) and links["SM-5887"][0] == ("D002945", 1.0)
     assert links["IDDM"][:2] == [("D003924", 1.0), ("D003922", 1.0)]
     # saved with the pipeline, the table goes with it
     nlp.to_disk(tmp_path / "pipeline")

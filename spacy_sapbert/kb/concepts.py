@@ -4,6 +4,7 @@ reads them), the same shape as scispaCy's `KnowledgeBase` (`cui_to_entity`,
 """
 import hashlib
 import logging
+import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ class KBFormatError(ValueError):
     """A knowledge-base file has a line the loader cannot read."""
 
 
+# What exact_key reads as a space: anything but letters, digits and spaces.
+_PUNCTUATION = re.compile(r"[^\w\s]|_")
 SCISPACY_KEYS = ("concept_id", "canonical_name", "aliases", "types", "definition")
 
 
@@ -91,15 +94,23 @@ def clean_name(name: str) -> str:
 
 
 def name_key(text: str) -> str:
-    """A name as exact matching compares it: case-folded, runs of whitespace as one space."""
+    """A name as dictionaries key it: case-folded, runs of whitespace as one space (an index's
+    exact match also reads punctuation as spaces: exact_key)."""
     return " ".join(text.casefold().split())
 
 
+def exact_key(text: str) -> str:
+    """A name as the index compares it with a mention for an exact match: name_key with
+    punctuation read as spaces, as the standard protocol normalises names and mentions
+    ("Hoe-140" is "HOE 140", "amyloid beta peptide(1-42)" is "amyloid beta peptide 1 42")."""
+    return " ".join(_PUNCTUATION.sub(" ", text.casefold()).split())
+
+
 def name_hash(text: str) -> int:
-    """name_key(text) as a 64-bit number, the same in every process (Python's own hash is
+    """exact_key(text) as a 64-bit number, the same in every process (Python's own hash is
     salted): what the index compares names by when a mention is checked for an exact name
     (ConceptIndex.row_keys), 8 bytes a row where a dictionary of the names took 45 MB."""
-    digest = hashlib.blake2b(name_key(text).encode("utf-8"), digest_size=8).digest()
+    digest = hashlib.blake2b(exact_key(text).encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 
 

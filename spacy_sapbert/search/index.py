@@ -40,7 +40,7 @@ META_FILE = "meta.json"
 FAISS_FILE = "index.faiss"
 ROWS_FILE = "rows.npy"
 # Bump when kb.name_hash changes, so cached row keys (ConceptIndex.row_keys) are made again.
-ROW_KEYS_VERSION = 1
+ROW_KEYS_VERSION = 2
 KB_FILE = "kb.jsonl"
 # The KB as a bundled index stores it (save(compress_kb=True)).
 KB_FILE_GZ = "kb.jsonl.gz"
