@@ -48,6 +48,19 @@ def test_link_text_prints_a_table(cli_index, ner_dir, tiny_model):
     assert "D008687" in result.output and "Metformin" in result.output and "canonical name" in said(result)
 
 
+def test_link_reads_a_names_table(cli_index, ner_dir, tiny_model, tmp_path):
+    names = tmp_path / "names.tsv"
+    names.write_text("metformin\tD002945\n", encoding="utf-8")  # the table's concept comes first
+    target = tmp_path / "out.jsonl"
+    common = ["link", "--input", "-", "--output", str(target), "--ner", str(ner_dir), "--model", str(tiny_model),
+              "--index", str(cli_index), "--threshold", "0"]
+    result = runner.invoke(app, [*common, "--names", str(names)], input="metformin\n")
+    assert result.exit_code == 0, result.output
+    assert json.loads(target.read_text().splitlines()[0])["entities"][0]["cui"] == "D002945"
+    result = runner.invoke(app, [*common, "--names", str(tmp_path / "nowhere.tsv")], input="metformin\n")
+    assert result.exit_code == 1 and "index.names" in said(result) and "Traceback" not in said(result)
+
+
 def test_link_jsonl_in_and_out(cli_index, ner_dir, tiny_model, tmp_path):
     source = tmp_path / "docs.jsonl"
     source.write_text(json.dumps({"id": 1, "text": "metformin"}) + "\n\n" + json.dumps({"id": 2, "text": ""}) + "\n")

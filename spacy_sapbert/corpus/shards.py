@@ -84,9 +84,13 @@ class LinkSettings:
     input_format: str = "auto"
     output_format: str = "jsonl"
     batch_size: int = 64
+    names: Optional[str] = None
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        fields = asdict(self)
+        if fields["names"] is None:  # as settings written before names tables were, so their shards are kept
+            del fields["names"]
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def pipeline(self, threads: int = 0):
         from ..pipe.bundled import demo_pipeline
@@ -94,7 +98,7 @@ class LinkSettings:
         config = {"threshold": self.threshold, "k": max(self.k, 10), "max_entities_per_mention": self.k,
                   "labels": list(self.labels)}
         return demo_pipeline(ner=self.ner, model=self.model, index=self.index, linker_config=config,
-                             encoder_config={"precision": self.precision, "threads": threads})
+                             encoder_config={"precision": self.precision, "threads": threads}, names=self.names)
 
 
 @dataclass(frozen=True)
