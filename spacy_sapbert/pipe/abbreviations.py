@@ -93,8 +93,8 @@ def _spells_word(short: str, word: str) -> bool:
     letter and holds the others in order. Two letters in order are found in too many words to
     tell ("NO" is no "nitroglycerin")."""
     letters = short[:-1] if _plural(short) else short
-    return (len(letters) >= 3 and letters.isalpha() and len(word) > len(letters) and word[0].lower() == letters[0].lower()
-            and _in_order(letters[1:].lower(), word[1:].lower()))
+    return (len(letters) >= 3 and letters.isalpha() and len(word) > len(letters)
+            and word[0].lower() == letters[0].lower() and _in_order(letters[1:].lower(), word[1:].lower()))
 
 
 def put_right(short: str, form: Span) -> Optional[Span]:

@@ -543,7 +543,8 @@ class SapBERTLinker(Pipe):
         self.encoder_loader = dataclasses.replace(
             self.encoder_loader, pooling=cfg.get("pooling", self.encoder_loader.pooling),
             precision=cfg.get("precision", self.encoder_loader.precision))
-        self.index_loader = IndexLoader(str(path / INDEX_DIR), names=str(path / cfg["names"]) if cfg.get("names") else None)
+        names = str(path / cfg["names"]) if cfg.get("names") else None
+        self.index_loader = IndexLoader(str(path / INDEX_DIR), names=names)
         self._load(model=path / MODEL_DIR, graph_over=path / INDEX_DIR if cfg.get("index_graph_over_codes") else None)
         return self
 

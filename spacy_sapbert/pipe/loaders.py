@@ -99,8 +99,9 @@ class IndexLoader:
 
     names: a names table to add to the index's names without building it again: a
     tab-separated file of a name and a concept id per line ("TAC<tab>D016559"). A mention equal
-    to one of its names (ignoring case, spacing and punctuation) gets that name's concepts first, at score
-    1.0: in-house codes, brand names, or the names an annotated corpus gives its concepts."""
+    to one of its names (ignoring case, spacing and punctuation) gets that name's concepts
+    first, at score 1.0: in-house codes, brand names, or the names an annotated corpus gives
+    its concepts."""
 
     index: str = DEFAULT
     names: Optional[str] = None

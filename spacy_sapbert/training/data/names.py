@@ -17,17 +17,19 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import typer
 
-from spacy_sapbert.kb.concepts import KnowledgeBase, clean_name, name_key
+from spacy_sapbert.kb.concepts import KnowledgeBase, clean_name, exact_key
 
 from . import datasets as ds
 from .protocol import TRAIN_FOLD, train_fold
 
 
-def corpus_names(mentions: Iterable[ds.Mention], resolve: Callable[[str], Optional[str]]) -> Tuple[List[Tuple[str, str]], Counter]:
+def corpus_names(mentions: Iterable[ds.Mention],
+                 resolve: Callable[[str], Optional[str]]) -> Tuple[List[Tuple[str, str]], Counter]:
     """(name, concept id) rows of the names `mentions` give their concepts: each mention's text
     (whitespace normalised) with its one gold id as `resolve` gives it (None: the index lacks
     it). A name given several concepts lists them most mentions first, then in id order; names
-    that differ only in case and spacing are one, written as first seen. Also the counts of
+    that differ only in case, spacing and punctuation are one (as the linker compares them:
+    kb.exact_key), written as first seen. Also the counts of
     mentions used and left out (composite, not in the index)."""
     counts: Counter = Counter()
     given: Dict[str, Counter] = defaultdict(Counter)
@@ -41,8 +43,8 @@ def corpus_names(mentions: Iterable[ds.Mention], resolve: Callable[[str], Option
             counts["not in the index"] += 1
             continue
         name = clean_name(mention.text)
-        written.setdefault(name_key(name), name)
-        given[name_key(name)][concept] += 1
+        written.setdefault(exact_key(name), name)
+        given[exact_key(name)][concept] += 1
         counts["used"] += 1
     rows = [(written[key], concept) for key in sorted(given)
             for concept, _ in sorted(given[key].items(), key=lambda item: (-item[1], item[0]))]
