@@ -32,6 +32,13 @@ def test_a_bad_names_line_is_named(tmp_path, content, line):
         read_names(path)
 
 
+def test_a_name_without_a_letter_or_digit_is_refused(tmp_path):
+    path = tmp_path / "names.tsv"
+    path.write_text("metformin\tD008687\n--\tD008687\n", encoding="utf-8")
+    with pytest.raises(KBFormatError, match=r"names.tsv:2: expected a name with a letter or digit"):
+        read_names(path)
+
+
 def test_names_are_checked_against_the_index_the_linker_reads(tiny_index_dir, tmp_path):
     from spacy_sapbert.training.data.names import index_kb
 

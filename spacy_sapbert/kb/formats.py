@@ -255,6 +255,8 @@ def read_names(path: PathLike) -> List[Tuple[int, str, str]]:
             continue
         if len(row) != 2 or not clean_name(row[0]) or not row[1].strip():
             raise _error(path, line_no, "a name and a concept id separated by one tab", line)
+        if not any(c.isalnum() for c in row[0]):
+            raise _error(path, line_no, "a name with a letter or digit", line)
         rows.append((line_no, clean_name(row[0]), row[1].strip()))
     return rows
 
