@@ -269,8 +269,7 @@ def link(
     ner: Optional[str] = typer.Option(None, "--ner", help="spaCy pipeline (name or path) whose NER sets doc.ents."),
     model: str = typer.Option(DEFAULT, "--model", help="Model directory or Hugging Face name."),
     index: str = typer.Option(DEFAULT, "--index", help="default (the bundled index), a knowledge base by name (mesh, hpo, …: `spacy-sapbert info` lists them) or a directory from build-index."),
-    names: Optional[Path] = typer.Option(None, "--names", help="A names table added to the index's names: a name and a "
-                                         "concept id per line, tab-separated (the linker's index.names)."),
+    names: Optional[str] = typer.Option(None, "--names", help="A names table added to the index's names: a name and a concept id per line, tab-separated (the linker's index.names)."),
     threshold: float = typer.Option(0.7, "--threshold", help="Below this score a mention gets no concept."),
     batch_size: int = typer.Option(64, "--batch-size", help="Documents per batch."),
     precision: Precision = typer.Option(Precision.int8, "--precision", help="int8 (ONNX Runtime, fast) or fp32 (torch, exact) mention encoding."),
@@ -288,8 +287,7 @@ def link(
 
     if (text is None) == (input is None):
         _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
-    settings = LinkSettings(ner=ner, model=model, index=index, names=str(names) if names is not None else None,
-                            threshold=threshold, k=k,
+    settings = LinkSettings(ner=ner, model=model, index=index, names=names, threshold=threshold, k=k,
                             labels=tuple(x for x in labels.split(",") if x), precision=precision.value,
                             input_format=input_format.value, output_format=output_format.value,
                             batch_size=batch_size)
