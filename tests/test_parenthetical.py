@@ -22,9 +22,24 @@ def test_a_code_in_parentheses_and_its_repeats_take_the_name_before():
     assert parenthetical_sources(text, mentions, [0.95, 0.40, 0.40]) == {1: 0, 2: 0}
 
 
+def test_a_name_in_parentheses_gives_its_ranking_to_a_code_before_it():
+    text = "WR-2721 (amifostine) was given; WR-2721 protects."
+    mentions = placed(text, "WR-2721", "amifostine", "WR-2721")
+    assert parenthetical_sources(text, mentions, [0.40, 0.95, 0.40]) == {0: 1, 2: 1}
+
+
+def test_a_short_form_in_parentheses_gives_nothing_back():
+    from spacy_sapbert.pipe.abbreviations import is_short_form
+
+    text = "the extract of Daucus carota seeds (DCE) was given"
+    mentions = placed(text, "extract of Daucus carota seeds", "DCE")
+    assert parenthetical_sources(text, mentions, [0.60, 0.90]) == {0: 1}
+    assert parenthetical_sources(text, mentions, [0.60, 0.90], is_short_form) == {}
+    assert parenthetical_sources(text, mentions, [0.90, 0.60], is_short_form) == {1: 0}
+
+
 @pytest.mark.parametrize("text, first, second, top", [
     ("the K(Na) of the pump", "K", "Na", [1.0, 0.5]),            # no space: notation, not an aside
-    ("amrubicin (SM-5887) was given", "amrubicin", "SM-5887", [0.4, 0.9]),  # the code is the surer one
     ("amrubicin (SM-5887) was given", "amrubicin", "SM-5887", [0.9, 0.9]),  # a tie changes nothing
     ("amrubicin (SM-5887, a code) was given", "amrubicin", "SM-5887", [0.9, 0.4]),  # not alone in it
     ("amrubicin and (SM-5887) were given", "amrubicin", "SM-5887", [0.9, 0.4]),  # not side by side

@@ -68,13 +68,13 @@ def undefined_short_forms(entities: Sequence[Span], found: Dict[str, Span],
     one to an entity of the same gold concept."""
     from .abbreviation_detector import find_abbreviation
 
-    longer = [ent for ent in entities if len(ent.text.split()) >= 2 and not _short_form(ent.text)]
-    words = [ent for ent in entities if ent.text.isalpha() and not _short_form(ent.text)]
+    longer = [ent for ent in entities if len(ent.text.split()) >= 2 and not is_short_form(ent.text)]
+    words = [ent for ent in entities if ent.text.isalpha() and not is_short_form(ent.text)]
     added: Dict[str, Span] = {}
     tried = set(found)
     for ent in entities:
         short = ent.text
-        if short in tried or not _short_form(short):
+        if short in tried or not is_short_form(short):
             continue
         tried.add(short)
         short_span = Doc(ent.doc.vocab, words=[short])[:]
@@ -173,7 +173,7 @@ def short_form_segments(found: Dict[str, Span]) -> Dict[str, Span]:
             continue
         starts = splits[0] + [len(words)]
         for k, part in enumerate(parts):
-            if len(part) < 2 or not _short_form(part) or part in found or part in added:
+            if len(part) < 2 or not is_short_form(part) or part in found or part in added:
                 continue
             letters = [c.lower() for c in part if c.isalnum()]
             end = next(e for e in range(starts[k] + 1, starts[k + 1] + 1)
@@ -233,7 +233,7 @@ def missed_definitions(doc: Doc, found: Dict[str, Span]) -> Dict[str, Span]:
         if end >= len(doc) or doc[end].text not in _SHORT_FORM_END or end == open_at + 1:
             continue
         short = doc[open_at + 1:end].text
-        if short in found or short in added or not _short_form(short):
+        if short in found or short in added or not is_short_form(short):
             continue
         long_form = _long_form(doc, open_at, short)
         if long_form is not None and (long_form := put_right(short, long_form)) is not None:
@@ -245,7 +245,7 @@ def missed_definitions(doc: Doc, found: Dict[str, Span]) -> Dict[str, Span]:
     return added
 
 
-def _short_form(text: str) -> bool:
+def is_short_form(text: str) -> bool:
     """A short form: 1 to 10 characters, the first a letter, at least half letters, and two
     capitals, or one in a form of one or two characters; a capitalised word ("paclitaxel
     (Taxol)") is a synonym, not a short form."""

@@ -18,7 +18,7 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
 from spacy.util import minibatch
 
-from .abbreviations import follow_long_forms, linked_text, long_forms
+from .abbreviations import follow_long_forms, is_short_form, linked_text, long_forms
 from ..candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, Scoring, check_settings
 from ..encoders.base import in_window
 from ..ranking.parenthetical import parenthetical_sources
@@ -60,8 +60,9 @@ class PipeSettings:
         "nil_candidates": …}: a NIL entity's candidates (below the threshold, so its `kb_ents`
         is empty) go in the last, so a user can see how close it came; a linked entity's is [].
     parenthetical_labels: entity labels (any case) whose "A (B)" pairs read B as another name of A:
-        B and its repeats in the document take A's candidates when A scores higher
-        ("amrubicin (SM-5887)"; ranking.parenthetical); empty: none. Chemical only by default:
+        the one scoring lower and its repeats in the document take the other's candidates
+        ("amrubicin (SM-5887)", "WR-2721 (amifostine)"; ranking.parenthetical); empty: none.
+        Chemical only by default:
         for diseases a parenthesis is as often a subtype or a cause as a synonym.
     follow_long_forms: not a config key (configs before 0.2 set it): False keeps entities as the
         NER left them while their abbreviations are still resolved.
@@ -456,8 +457,8 @@ class SapBERTLinker(Pipe):
                 for doc, (ents, keys) in zip(docs, wanted)]
 
     def _follow_parentheticals(self, doc: Doc, ents: List[Span], found: List[Optional[Tuple[Candidates, Candidates]]]):
-        """`found` after the parenthetical names of `parenthetical_labels` take the candidates of
-        the name before them (ranking.parenthetical)."""
+        """`found` after the parenthetical pairs of `parenthetical_labels` share the surer one's
+        candidates (ranking.parenthetical)."""
         labels = {label.lower() for label in self.parenthetical_labels}
         if not labels:
             return found
@@ -467,7 +468,7 @@ class SapBERTLinker(Pipe):
             return best[0][1] if best and ent.label_.lower() in labels else None
 
         placed = [(ent.start_char, ent.end_char, ent.text) for ent in ents]
-        sources = parenthetical_sources(doc.text, placed, [top(ent, c) for ent, c in zip(ents, found)])
+        sources = parenthetical_sources(doc.text, placed, [top(ent, c) for ent, c in zip(ents, found)], is_short_form)
         return [found[sources[i]] if i in sources else candidates for i, candidates in enumerate(found)]
 
     def set_annotations(self, docs: List[Doc], predicted: List[Tuple[List[Span], List[Optional[Candidates]]]]) -> None:

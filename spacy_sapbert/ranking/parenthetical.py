@@ -1,16 +1,19 @@
 """Another name the text gives in parentheses: in "amrubicin (SM-5887)" the development code names
-the drug before it. The code is often in no dictionary, so its own ranking is poor; the name
-before it usually is. The pipe (for the labels of `parenthetical_labels`) and the harness (for
-chemicals) both ask `parenthetical_sources` which mentions take another's ranking.
+the drug before it, and in "WR-2721 (amifostine)" the drug names the code. The code is often in
+no dictionary, so its own ranking is poor; the name beside it usually is. The pipe (for the
+labels of `parenthetical_labels`) and the harness (for chemicals) both ask
+`parenthetical_sources` which mentions take another's ranking.
 
 The rule, chosen on the BC5CDR-chemical train folds (docs/results.md): two mentions side by side,
-the second alone in parentheses after a space, "A (B)"; when A's best score is higher than B's,
-B and every mention of the document written as B take A's ranking. Written without the space,
-the parenthesis is notation rather than an aside ("K(Na)", a constant for sodium; "N(G)-nitro"),
-and nothing is taken.
+the second alone in parentheses after a space, "A (B)"; the one whose best score is lower, and
+every mention of the document written as it, take the other's ranking; but a short form in
+parentheses gives nothing back to the text before it, which it abbreviates ("extract of Daucus
+carota seeds (DCE)": DCE is linked as its long form, the abbreviation rules' part). Written
+without the space, the parenthesis is notation rather than an aside ("K(Na)", a constant for
+sodium; "N(G)-nitro"), and nothing is taken.
 """
 import re
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 # What lies between A and B, and what follows B.
 _OPENS = re.compile(r"\s+\(\s*")
@@ -20,17 +23,22 @@ _CLOSES = re.compile(r"\s*\)")
 Placed = Tuple[int, int, str]
 
 
-def parenthetical_sources(text: str, mentions: Sequence[Placed], top: Sequence[Optional[float]]) -> Dict[int, int]:
+def parenthetical_sources(text: str, mentions: Sequence[Placed], top: Sequence[Optional[float]],
+                          is_short_form: Callable[[str], bool] = lambda text: False) -> Dict[int, int]:
     """For the mentions of one document (in any order) and each one's best score (None: the rule
     does not apply to it, e.g. another label, or nothing found), which mention takes which
     one's ranking: {index of a mention: index of the mention whose ranking it takes}. A text
-    named in parentheses twice takes its first definition's ranking; A keeps its own."""
+    named beside another in parentheses twice takes its first pair's ranking; the surer of a
+    pair keeps its own, and a tie changes nothing. `is_short_form`: whether a text is a short form
+    (pipe.abbreviations.is_short_form), which in parentheses gives nothing back."""
     order = sorted((i for i, score in enumerate(top) if score is not None), key=lambda i: mentions[i][:2])
-    defined: Dict[str, int] = {}  # B's text → A
+    defined: Dict[str, int] = {}  # the less sure one's text → the surer one
     for a, b in zip(order, order[1:]):
-        (_, a_end, _), (b_start, b_end, b_text) = mentions[a], mentions[b]
-        if (b_text not in defined and _OPENS.fullmatch(text, a_end, b_start)
-                and _CLOSES.match(text, b_end) and top[a] > top[b]):
-            defined[b_text] = a
+        (_, a_end, _), (b_start, b_end, _) = mentions[a], mentions[b]
+        if _OPENS.fullmatch(text, a_end, b_start) and _CLOSES.match(text, b_end) and top[a] != top[b]:
+            surer, taker = (a, b) if top[a] > top[b] else (b, a)
+            if surer == b and is_short_form(mentions[b][2]):
+                continue
+            defined.setdefault(mentions[taker][2], surer)
     return {i: defined[mentions[i][2]] for i in order
             if mentions[i][2] in defined and i != defined[mentions[i][2]]}

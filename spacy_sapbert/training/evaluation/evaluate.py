@@ -83,8 +83,9 @@ def evaluate_linking(task: Task, system: LinkingSystem, parentheticals: bool = F
 
 
 def _follow_parentheticals(task: Task, asked: List[List[str]], scored: dict, rankings: list) -> list:
-    """The rankings after each document's parenthetical names take the ranking of the name before
-    them (ranking.parenthetical); a composite query neither gives nor takes one."""
+    """The rankings after each document's parenthetical pairs share the surer one's ranking
+    (ranking.parenthetical); a composite query neither gives nor takes one."""
+    from spacy_sapbert.pipe.abbreviations import is_short_form
     from spacy_sapbert.ranking.parenthetical import parenthetical_sources
 
     by_doc: dict = {}
@@ -97,7 +98,7 @@ def _follow_parentheticals(task: Task, asked: List[List[str]], scored: dict, ran
         mentions = [task.queries[i].mention for i in indexes]
         top = [scored[asked[i][0]][0][1] if len(asked[i]) == 1 and scored[asked[i][0]] else None for i in indexes]
         placed = [(m.start, m.end, m.text) for m in mentions]
-        for taker, giver in parenthetical_sources(task.documents[doc_id], placed, top).items():
+        for taker, giver in parenthetical_sources(task.documents[doc_id], placed, top, is_short_form).items():
             rankings[indexes[taker]] = rankings[indexes[giver]]
     return rankings
 
