@@ -143,13 +143,17 @@ class CandidateGenerator:
     names: added names (`read_added_names`): exact_key → positions of its concepts in the index.
         A mention equal to one gets those concepts first at score 1.0, before the index's own
         concepts of that name and whatever the search found.
+    older_ids: ids the index no longer holds → the index's ids for them (a names table's third
+        column), which `resolve_id` answers.
     """
 
     def __init__(self, encoder, index, settings: Optional[CandidateSettings] = None,
                  scoring: Optional[Scoring] = None, content_rule: bool = True,
-                 recorded: Optional[Scoring] = None, hybrid=None, names: Optional[Dict[str, List[int]]] = None):
+                 recorded: Optional[Scoring] = None, hybrid=None, names: Optional[Dict[str, List[int]]] = None,
+                 older_ids: Optional[Dict[str, str]] = None):
         self.content_rule = content_rule
         self.names = names or {}
+        self.older_ids = older_ids or {}
         self.encoder = encoder
         self.index = index
         self.settings = settings or CandidateSettings()
@@ -165,9 +169,9 @@ class CandidateGenerator:
         model records."""
         encoder = encoder_loader.load(calibration=index_loader.calibration())
         index = index_loader.load(encoder, graph_over=graph_over)
-        names = read_added_names(index_loader.names, index) if getattr(index_loader, "names", None) else {}
+        names, older = read_added_names(index_loader.names, index) if getattr(index_loader, "names", None) else ({}, {})
         model_path = getattr(encoder, "path", None) or encoder_loader.model_path()
-        return cls(encoder, index, settings, scoring, recorded=read_scoring(model_path), names=names)
+        return cls(encoder, index, settings, scoring, recorded=read_scoring(model_path), names=names, older_ids=older)
 
     @property
     def tau(self) -> float:
@@ -266,6 +270,11 @@ class CandidateGenerator:
         ids = {concept_id for concept_id, _ in added}
         return (added + [(c, s) for c, s in candidates if c not in ids])[: self.settings.k]
 
+    def resolve_id(self, concept_id: str) -> Optional[str]:
+        """The index's id for `concept_id`: its own, the one its KB gives an alternative id, or
+        the one the names table gives an older id; None where none holds it."""
+        return self.index.kb.resolve_id(concept_id) or self.older_ids.get(concept_id)
+
     def holds_name(self, text: str, types: Tuple[str, ...] = ()) -> bool:
         """Whether `text` (ignoring case, spacing and punctuation) is the name of a row of a
         concept of `types`, or an added name of one."""
@@ -293,22 +302,39 @@ class CandidateGenerator:
         self._cache.clear()
 
 
-def read_added_names(path, index) -> Dict[str, List[int]]:
+def read_added_names(path, index) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
     """A names table (kb.formats.read_names) as the generator asks it: each name's key → the
-    positions of its concepts in `index`, in the table's order. An id that is no concept of the
-    index, nor another id of one, fails with one sentence naming its line."""
+    positions of its concepts in `index`, in the table's order; and the older ids the table maps
+    (an id the index lacks → the index's id given beside it). An id that is no concept of the
+    index, nor another id of one, fails with one sentence naming its line, unless its current id
+    follows it; a current id must be the index's, and only for an id the index lacks."""
     from .kb.formats import read_names
 
     position = {concept_id: i for i, concept_id in enumerate(index.concept_ids)}
-    names: Dict[str, List[int]] = {}
-    for line_no, name, concept_id in read_names(path):
+
+    def find(concept_id: str) -> Optional[int]:
         found = position.get(concept_id)
+        return position.get(index.kb.resolve_id(concept_id) or "") if found is None else found
+
+    def fail(line_no: int, concept_id: str, held: bool = False) -> KBFormatError:
+        where = f"the index {index.meta.get('kb_name', '')!r}"
+        said = f"is in {where}, so needs no current id beside it" if held else f"is not in {where}"
+        return KBFormatError(f"{path}:{line_no}: concept {concept_id!r} {said}; fix or remove that line.")
+
+    names: Dict[str, List[int]] = {}
+    older: Dict[str, str] = {}
+    for line_no, name, concept_id, current in read_names(path):
+        found = find(concept_id)
+        if current is not None:
+            if found is not None:
+                raise fail(line_no, concept_id, held=True)
+            found = find(current)
+            if found is None:
+                raise fail(line_no, current)
+            older[concept_id] = index.concept_ids[found]
         if found is None:
-            found = position.get(index.kb.resolve_id(concept_id) or "")
-        if found is None:
-            raise KBFormatError(f"{path}:{line_no}: concept {concept_id!r} is not in the index "
-                                f"{index.meta.get('kb_name', '')!r}; fix or remove that line.")
+            raise fail(line_no, concept_id)
         concepts = names.setdefault(exact_key(name), [])
         if found not in concepts:
             concepts.append(found)
-    return names
+    return names, older

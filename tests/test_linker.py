@@ -647,9 +647,22 @@ def test_a_names_table_adds_names_without_building_the_index_again(tiny_model, t
     assert {e.text: e._.kb_ents for e in loaded("glucophage XR, SM-5887 and IDDM.").ents} == links
 
 
+def test_a_names_table_maps_an_older_id_to_the_index_s(tiny_model, tiny_index_dir, tmp_path):
+    # an id the index no longer holds, with its current id beside it: the name links to the
+    # current concept, and the linker resolves the older id to it (as scores read gold ids)
+    names = tmp_path / "names.tsv"
+    names.write_text("SM-5887\tC999999\tD002945\n", encoding="utf-8")
+    nlp = _with_names(tiny_model, tiny_index_dir, names)
+    assert nlp("SM-5887").ents[0]._.kb_ents[0] == ("D002945", 1.0)
+    linker = nlp.get_pipe("sapbert_linker")
+    assert (linker.resolve_id("C999999"), linker.resolve_id("D002945"), linker.resolve_id("C0")) == ("D002945", "D002945", None)
+
+
 @pytest.mark.parametrize("content, message", [
     ("metformin D008687\n", r"names.tsv:1: expected a name and a concept id separated by one tab"),
     ("metformin\tD008687\nfoo\tD999999\n", r"names.tsv:2: concept 'D999999' is not in the index"),
+    ("foo\tC999999\tD999999\n", r"names.tsv:1: concept 'D999999' is not in the index"),
+    ("metformin\tD008687\tD002945\n", r"names.tsv:1: concept 'D008687' is in the index .*, so needs no current id beside it"),
 ])
 def test_a_bad_names_table_fails_naming_its_line(tiny_model, tiny_index_dir, tmp_path, content, message):
     from spacy_sapbert.kb import KBFormatError

@@ -3,9 +3,10 @@ linker's index.names reads them (kb.formats.read_names)."""
 import pytest
 
 from spacy_sapbert.kb import KBFormatError
+from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
 from spacy_sapbert.kb.formats import read_names
 from spacy_sapbert.training.data import datasets as ds
-from spacy_sapbert.training.data.names import corpus_names, write_names
+from spacy_sapbert.training.data.names import corpus_names, older_ids, write_names
 
 
 def mention(text, *ids):
@@ -21,10 +22,33 @@ def test_a_corpus_gives_its_names_most_mentions_first(tmp_path):
     rows, counts = corpus_names(mentions, known.get)
     assert rows == [("alcohol", "D000431"), ("alcohol", "D000438"), ("FK 506", "D016559")]
     assert counts == {"used": 4, "not in the index": 1, "composite": 1}
-    assert [(name, concept) for _, name, concept in read_names(write_names(rows, tmp_path / "n.tsv"))] == rows
+    assert [(name, concept) for _, name, concept, _ in read_names(write_names(rows, tmp_path / "n.tsv"))] == rows
 
 
-@pytest.mark.parametrize("content, line", [("alcohol\n", 1), ("# note\nalcohol\tD1\textra\n", 2), ("x\t \n", 1)])
+def test_an_id_the_index_lacks_is_kept_as_an_older_id_of_the_one_concept_its_names_name(tmp_path):
+    kb = KnowledgeBase()
+    kb.add(Concept("D000093542", "Gemcitabine", aliases=["Gemzar"], types=["D03"]))
+    kb.add(Concept("D019343", "Citric Acid", aliases=["citrate"], types=["D02"]))
+    kb.add(Concept("D000077559", "Sodium Citrate", types=["D02"]))
+    kb.add(Concept("D018478", "Extravehicular Activity", aliases=["EVA", "space walk"], types=["G01"]))
+    kb.add(Concept("C538167", "Acidemia, isovaleric", aliases=["IVA"], types=["D08"]))
+    mentions = [mention("gemcitabine", "C056507"), mention("GEM", "C056507"),  # GEM: a name no concept bears
+                mention("citrate", "C102006"), mention("sodium citrate", "C102006"),  # names of two concepts
+                mention("IVA", "C064227"),  # a short form: not read, though a name of the index
+                mention("Gemzar", "CHEBI:175901"),  # another scheme's id: a cross-reference, not an older id
+                mention("venlafaxine", "C047426")]  # no concept bears its name
+    rows, counts = corpus_names(mentions, kb.resolve_id, older_ids(kb, {"Chemical": ["D"]}))
+    assert rows == [("GEM", "C056507", "D000093542"), ("gemcitabine", "C056507", "D000093542")]
+    assert counts == {"used": 2, "older ids": 2, "not in the index": 5}
+    assert [row[1:] for row in read_names(write_names(rows, tmp_path / "n.tsv"))] == rows
+    # a name borne by a concept of no type the label may take is not read, save without label types
+    walk = [mention("space walk", "C000001")]
+    assert corpus_names(walk, kb.resolve_id, older_ids(kb, {"Chemical": ["D"]}))[0] == []
+    assert corpus_names(walk, kb.resolve_id, older_ids(kb))[0] == [("space walk", "C000001", "D018478")]
+
+
+@pytest.mark.parametrize("content, line", [("alcohol\n", 1), ("# note\nalcohol\tD1\tD2\textra\n", 2),
+                                           ("x\t \n", 1), ("x\tC1\t\n", 1)])
 def test_a_bad_names_line_is_named(tmp_path, content, line):
     path = tmp_path / "names.tsv"
     path.write_text(content, encoding="utf-8")
@@ -42,6 +66,7 @@ def test_a_name_without_a_letter_or_digit_is_refused(tmp_path):
 def test_names_are_checked_against_the_index_the_linker_reads(tiny_index_dir, tmp_path):
     from spacy_sapbert.training.data.names import index_kb
 
-    assert index_kb(str(tiny_index_dir)).resolve_id("D008687") == "D008687"
+    kb, label_types = index_kb(str(tiny_index_dir))
+    assert kb.resolve_id("D008687") == "D008687" and isinstance(label_types, dict)
     with pytest.raises(FileNotFoundError, match="neither default, a knowledge base by name nor an index directory"):
         index_kb(str(tmp_path))

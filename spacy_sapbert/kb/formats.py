@@ -245,19 +245,23 @@ def _split_ids(raw: str, path: PathLike, line_no: int, line: str, normalise: boo
     return ids
 
 
-def read_names(path: PathLike) -> List[Tuple[int, str, str]]:
+def read_names(path: PathLike) -> List[Tuple[int, str, str, Optional[str]]]:
     """A names table: per line a name and the id of the concept it names, tab-separated
-    ("TAC<tab>D016559"; UTF-8, gzip if the name ends in .gz); blank lines and lines starting
-    with "#" are skipped. Returns (line number, name, concept id) in file order."""
+    ("TAC<tab>D016559"; UTF-8, gzip if the name ends in .gz); an id the index no longer holds may
+    be followed by the index's id for it, in a third column ("gemcitabine<tab>C056507<tab>
+    D000093542": MeSH made the supplementary concept a descriptor). Blank lines and lines
+    starting with "#" are skipped. Returns (line number, name, concept id, current id or None)
+    in file order."""
     rows = []
     for line_no, row, line in _tsv_rows(path):
         if line.lstrip().startswith("#"):
             continue
-        if len(row) != 2 or not clean_name(row[0]) or not row[1].strip():
-            raise _error(path, line_no, "a name and a concept id separated by one tab", line)
+        if len(row) not in (2, 3) or not clean_name(row[0]) or not all(field.strip() for field in row[1:]):
+            raise _error(path, line_no, "a name and a concept id separated by one tab (and, for an id the index no "
+                         "longer holds, its current id after another)", line)
         if not any(c.isalnum() for c in row[0]):
             raise _error(path, line_no, "a name with a letter or digit", line)
-        rows.append((line_no, clean_name(row[0]), row[1].strip()))
+        rows.append((line_no, clean_name(row[0]), row[1].strip(), row[2].strip() if len(row) == 3 else None))
     return rows
 
 

@@ -346,6 +346,11 @@ class SapBERTLinker(Pipe):
         """The knowledge base of the index (`cui_to_entity`, `alias_to_cuis`)."""
         return self._loaded().index.kb
 
+    def resolve_id(self, concept_id: str) -> Optional[str]:
+        """The id the linker gives for `concept_id`: its own, the index's for an alternative id,
+        or for an older id the names table maps (`index.names`); None where none holds it."""
+        return self._loaded().resolve_id(concept_id)
+
     @property
     def encoder(self):
         return self._loaded().encoder

@@ -101,7 +101,8 @@ class IndexLoader:
     tab-separated file of a name and a concept id per line ("TAC<tab>D016559"). A mention equal
     to one of its names (ignoring case, spacing and punctuation) gets that name's concepts
     first, at score 1.0: in-house codes, brand names, or the names an annotated corpus gives
-    its concepts."""
+    its concepts. An id the index no longer holds may be followed by its current id, in a third
+    column; the linker's `resolve_id` then maps it."""
 
     index: str = DEFAULT
     names: Optional[str] = None

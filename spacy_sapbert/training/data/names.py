@@ -7,13 +7,15 @@ protocol's dictionary does with training mentions, without building the index ag
         --split train --index mesh --output corpus/names/bc5cdr-train.tsv
     python -m spacy_sapbert.training.data.names --pubtator my_corpus.txt --index mesh --output my_names.tsv
 
-A mention's id must be a concept of the index (or another id of one); mentions of concepts the
-index lacks, and composite mentions, are left out and counted. The table holds corpus mentions:
+A mention's id must be a concept of the index (or another id of one), or read as an older id of
+one (`older_ids`: an id of the index's scheme whose names here name one concept of it, as MeSH
+made supplementary concepts descriptors); other mentions of concepts the index lacks, and
+composite mentions, are left out and counted. The table holds corpus mentions:
 keep it in an ignored folder (corpus/), never in git.
 """
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import typer
 
@@ -23,57 +25,112 @@ from . import datasets as ds
 from .protocol import TRAIN_FOLD, train_fold
 
 
-def corpus_names(mentions: Iterable[ds.Mention],
-                 resolve: Callable[[str], Optional[str]]) -> Tuple[List[Tuple[str, str]], Counter]:
+Row = Tuple[str, ...]  # (name, concept id) or, for an older id, (name, older id, current id)
+
+
+def corpus_names(mentions: Iterable[ds.Mention], resolve: Callable[[str], Optional[str]],
+                 current: Optional[Callable[[str, str, Set[str]], Optional[str]]] = None) -> Tuple[List[Row], Counter]:
     """(name, concept id) rows of the names `mentions` give their concepts: each mention's text
     (whitespace normalised) with its one gold id as `resolve` gives it (None: the index lacks
     it). A name given several concepts lists them most mentions first, then in id order; names
     that differ only in case, spacing and punctuation are one (as the linker compares them:
-    kb.exact_key), written as first seen. Also the counts of
-    mentions used and left out (composite, not in the index)."""
+    kb.exact_key), written as first seen. An id the index lacks is kept as an older id where
+    `current` (older_ids) gives, from its mentions' label and names, the index's id for it: its
+    rows are
+    (name, older id, current id). Also the counts of mentions used (of them, by an older id) and
+    left out (composite, not in the index)."""
     counts: Counter = Counter()
     given: Dict[str, Counter] = defaultdict(Counter)
     written: Dict[str, str] = {}
+    lacking: Dict[Tuple[str, str], Counter] = defaultdict(Counter)
     for mention in mentions:
         if len(mention.ids) != 1:
             counts["composite"] += 1
             continue
-        concept = resolve(mention.ids[0])
-        if concept is None:
-            counts["not in the index"] += 1
-            continue
         name = clean_name(mention.text)
         written.setdefault(exact_key(name), name)
-        given[exact_key(name)][concept] += 1
+        concept = resolve(mention.ids[0])
+        if concept is None:
+            lacking[(mention.ids[0], mention.type)][exact_key(name)] += 1
+            continue
+        given[exact_key(name)][(concept,)] += 1
         counts["used"] += 1
-    rows = [(written[key], concept) for key in sorted(given)
-            for concept, _ in sorted(given[key].items(), key=lambda item: (-item[1], item[0]))]
-    return rows, counts
+    for (older, label), keys in lacking.items():
+        now = current(older, label, {written[key] for key in keys}) if current else None
+        n_mentions = sum(keys.values())
+        counts["used" if now else "not in the index"] += n_mentions
+        counts["older ids"] += n_mentions if now else 0
+        for key, n in keys.items() if now else ():
+            given[key][(older, now)] += n
+    rows = [(written[key], *ids) for key in sorted(given)
+            for ids, _ in sorted(given[key].items(), key=lambda item: (-item[1], item[0]))]
+    return rows, +counts
 
 
-def index_kb(index: str) -> KnowledgeBase:
-    """The knowledge base of the index the linker's `index.index` names, without the index."""
+def _scheme(concept_id: str) -> str:
+    """An id's scheme: its prefix ("OMIM", "MONDO"), or "" for a bare one (MeSH's "D012345")."""
+    return concept_id.split(":", 1)[0] if ":" in concept_id else ""
+
+
+def older_ids(kb: KnowledgeBase, label_types: Optional[Dict[str, List[str]]] = None
+              ) -> Callable[[str, str, Set[str]], Optional[str]]:
+    """How an id `kb` lacks, given by a corpus to mentions of one label, is read as one of its
+    concepts' older ids: the id is of the scheme of `kb`'s own ids (not a cross-reference such as
+    OMIM's beside MeSH) and, of the names the corpus gives it, those that are names of a concept
+    the label may take (`label_types`, as the linker reads them: "BE" is not Barrett esophagus
+    for a Chemical) all name one concept, whose id is returned, as MeSH's supplementary concepts
+    made descriptors (C056507, now D000093542, "gemcitabine"); None where none or several
+    concepts bear them. Short forms are not read (pipe.abbreviations.is_short_form): "IVA",
+    the IVA protocol in one text, is isovaleric acidemia in MeSH."""
+    from spacy_sapbert.pipe.abbreviations import is_short_form
+
+    bearers: Dict[str, Set[int]] = defaultdict(set)
+    concepts = list(kb)
+    for position, concept in enumerate(concepts):
+        for name in concept.names:
+            bearers[exact_key(name)].add(position)
+    schemes = {_scheme(concept.concept_id) for concept in concepts}
+    types = {label.lower(): prefixes for label, prefixes in (label_types or {}).items()}
+
+    def current(concept_id: str, label: str, names: Set[str]) -> Optional[str]:
+        if _scheme(concept_id) not in schemes:
+            return None
+        prefixes = types.get(label.lower())
+        found = {concepts[p].concept_id for name in names if not is_short_form(name)
+                 for p in bearers.get(exact_key(name), ()) if prefixes is None or concepts[p].has_type(prefixes)}
+        return next(iter(found)) if len(found) == 1 else None
+
+    return current
+
+
+def index_kb(index: str) -> Tuple[KnowledgeBase, Dict[str, List[str]]]:
+    """The knowledge base of the index the linker's `index.index` names, without the index, and
+    the entity label → concept type map the index keeps."""
+    import json
+
     from spacy_sapbert.assets import DEFAULT, DEFAULT_EXACT, default_kb
     from spacy_sapbert.kb.formats import read_jsonl
-    from spacy_sapbert.kb.named import is_named, named_kb
+    from spacy_sapbert.kb.named import is_named, label_types, named_kb
     from spacy_sapbert.search.index import KB_FILE, KB_FILE_GZ
 
     if index in (DEFAULT, DEFAULT_EXACT):
-        return default_kb()[0]
+        return default_kb()
     if is_named(index):
-        return named_kb(index)
+        return named_kb(index), label_types(index)
     folder = Path(index).expanduser()
     for name in (KB_FILE_GZ, KB_FILE):
         if (folder / name).is_file():
-            return read_jsonl(folder / name)
+            meta = folder / "meta.json"
+            types = json.loads(meta.read_text(encoding="utf-8")).get("label_types", {}) if meta.is_file() else {}
+            return read_jsonl(folder / name), types
     raise FileNotFoundError(f"{index} is neither default, a knowledge base by name nor an index directory with a "
                             f"{KB_FILE}.")
 
 
-def write_names(rows: List[Tuple[str, str]], path: Path) -> Path:
+def write_names(rows: List[Row], path: Path) -> Path:
     """Write a names table (kb.formats.read_names reads it back)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{name}\t{concept}\n" for name, concept in rows), encoding="utf-8")
+    path.write_text("".join("\t".join(row) + "\n" for row in rows), encoding="utf-8")
     return path
 
 
@@ -96,7 +153,7 @@ def main(
     if unknown:
         raise typer.BadParameter(f"unknown dataset {unknown[0]!r}; use any of {', '.join(ds.PUBTATOR_FILES)}.")
     try:
-        kb = index_kb(index)
+        kb, types = index_kb(index)
         mentions: List[ds.Mention] = [m for path in pubtator for m in ds.read_pubtator(path).mentions]
         for dataset in chosen:
             if split == TRAIN_FOLD:
@@ -106,10 +163,11 @@ def main(
     except (ValueError, FileNotFoundError) as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(1)
-    rows, counts = corpus_names(mentions, kb.resolve_id)
+    rows, counts = corpus_names(mentions, kb.resolve_id, older_ids(kb, types))
     write_names(rows, output)
-    typer.echo(f"{output}: {len(rows):,} names from {counts['used']:,} mentions (left out: {counts['composite']:,} "
-               f"composite, {counts['not in the index']:,} of concepts the {index} index lacks)")
+    typer.echo(f"{output}: {len(rows):,} names from {counts['used']:,} mentions, {counts['older ids']:,} of them by "
+               f"an older id of a concept of the index (left out: {counts['composite']:,} composite, "
+               f"{counts['not in the index']:,} of concepts the {index} index lacks)")
 
 
 if __name__ == "__main__":

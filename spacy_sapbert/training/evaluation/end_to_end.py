@@ -3,7 +3,8 @@ BC5CDR documents, scored against the gold spans and ids.
 
 A predicted entity is a span hit when a gold mention has the same boundaries and label (labels
 compared case-insensitively), and a link hit when, besides, its `cui` is one of that mention's
-gold ids (resolved through the linker's KB, as the harness resolves them); an entity left NIL
+gold ids (resolved by the linker's `resolve_id`: its KB's alternative ids, as the harness resolves
+them, and the older ids of its names table); an entity left NIL
 predicts no link. Precision, recall and
 F1 of both are given per label and over all labels. Gold mentions the corpus marks unlinkable
 (-1) are not in the gold set, so a prediction on one counts as a false positive.
@@ -52,13 +53,13 @@ def _prf(tp: int, fp: int, fn: int) -> Dict[str, float]:
 def evaluate_end_to_end(nlp, split: str, data_dir: Path, batch_size: int = 64, fold: int = 0) -> dict:
     """Run `nlp` (ending in sapbert_linker) over BC5CDR `split` and score spans and links."""
     texts, gold = gold_documents(split, data_dir, fold)
-    kb = nlp.get_pipe("sapbert_linker").kb
+    resolve = nlp.get_pipe("sapbert_linker").resolve_id
     counts: Counter = Counter()
     ids = list(texts)
     for doc_id, doc in zip(ids, nlp.pipe((texts[i] for i in ids), batch_size=batch_size)):
-        golds = {(start, end, label.lower()): {kb.resolve_id(g) or g for g in gold_ids}
+        golds = {(start, end, label.lower()): {resolve(g) or g for g in gold_ids}
                  for start, end, label, gold_ids in gold.get(doc_id, []) if gold_ids}
-        counts.update(_nil_counts(doc, gold.get(doc_id, []), kb))
+        counts.update(_nil_counts(doc, gold.get(doc_id, []), resolve))
         found_spans = set()
         for ent in doc.ents:
             key = (ent.start_char, ent.end_char, ent.label_.lower())
@@ -83,11 +84,11 @@ def evaluate_end_to_end(nlp, split: str, data_dir: Path, batch_size: int = 64, f
     return result
 
 
-def _nil_counts(doc, gold: List[Tuple[int, int, str, List[str]]], kb) -> Counter:
+def _nil_counts(doc, gold: List[Tuple[int, int, str, List[str]]], resolve) -> Counter:
     """NIL detection over one document's entities (see the module's docstring): tp an entity
     rightly left NIL, fp one left NIL that the KB could link, fn one linked that should be NIL."""
     counts: Counter = Counter()
-    linkable = {(start, end): any(kb.resolve_id(g) for g in ids) for start, end, _, ids in gold}
+    linkable = {(start, end): any(resolve(g) for g in ids) for start, end, _, ids in gold}
     for ent in doc.ents:
         span = (ent.start_char, ent.end_char)
         if span in linkable:
@@ -107,15 +108,14 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
     mentions as entities (what the NER would give at best), and `nlp` without its NER
     (abbreviations, then sapbert_linker) links them. Acc@1: the entity with the mention's
     boundaries (widened to whole tokens) has as its first candidate (its `cui`, or for a NIL
-    entity the first of its NIL candidates) one of the gold ids (resolved through the linker's
-    KB); linked_right: its `cui` is, at the pipe's threshold. An entity moved by a long form, or
+    entity the first of its NIL candidates) one of the gold ids (resolved by the linker's
+    `resolve_id`); linked_right: its `cui` is, at the pipe's threshold. An entity moved by a long form, or
     one left out because it overlaps another gold mention, is wrong. Per label, over every
     linkable mention and over those whose gold the index holds (reachable)."""
     from spacy.util import filter_spans
 
     texts, gold = gold_documents(split, data_dir, fold)
     linker = nlp.get_pipe("sapbert_linker")
-    kb = linker.kb
     nil_attr = linker.attributes["nil_candidates"]
     ner = [name for name in nlp.pipe_names
            if nlp.get_pipe_meta(name).factory in ("ner", "entity_ruler", "span_ruler", "tok2vec")]
@@ -137,7 +137,7 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
             for (_, _, label, gold_ids), bound in zip(gold.get(doc_id, []), bounds):
                 if not gold_ids:
                     continue
-                found = [kb.resolve_id(g) for g in gold_ids]
+                found = [linker.resolve_id(g) for g in gold_ids]
                 resolved = {f or g for f, g in zip(found, gold_ids)}
                 reachable = any(found)
                 for group in ("all", "reachable") if reachable else ("all",):
