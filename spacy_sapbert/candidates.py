@@ -316,10 +316,11 @@ def read_added_names(path, index) -> Tuple[Dict[str, List[int]], Dict[str, str]]
         found = position.get(concept_id)
         return position.get(index.kb.resolve_id(concept_id) or "") if found is None else found
 
-    def fail(line_no: int, concept_id: str, held: bool = False) -> KBFormatError:
+    def fail(line_no: int, concept_id: str, held: bool = False, older: bool = False) -> KBFormatError:
         where = f"the index {index.meta.get('kb_name', '')!r}"
         said = f"is in {where}, so needs no current id beside it" if held else f"is not in {where}"
-        return KBFormatError(f"{path}:{line_no}: concept {concept_id!r} {said}; fix or remove that line.")
+        also = " (or, for an id it no longer holds, give its current id in a third column)" if older else ""
+        return KBFormatError(f"{path}:{line_no}: concept {concept_id!r} {said}; fix or remove that line{also}.")
 
     names: Dict[str, List[int]] = {}
     older: Dict[str, str] = {}
@@ -333,7 +334,7 @@ def read_added_names(path, index) -> Tuple[Dict[str, List[int]], Dict[str, str]]
                 raise fail(line_no, current)
             older[concept_id] = index.concept_ids[found]
         if found is None:
-            raise fail(line_no, concept_id)
+            raise fail(line_no, concept_id, older=True)
         concepts = names.setdefault(exact_key(name), [])
         if found not in concepts:
             concepts.append(found)

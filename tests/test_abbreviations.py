@@ -346,3 +346,23 @@ def test_without_scispacy_the_factory_is_the_copy_and_resolves_short_forms():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "'NIDDM': 'non-insulin-dependent diabetes mellitus'" in out.stdout
+
+
+@pytest.mark.parametrize("text, entity, short, long_form, expected", [
+    # a modifier before the entity: the entity is the long form's head, and widens to it
+    ("in non-insulin-dependent diabetes mellitus (NIDDM) it", "diabetes mellitus", "NIDDM",
+     "non-insulin-dependent diabetes mellitus", "non-insulin-dependent diabetes mellitus"),
+    # a function word before it: the short form names something else, and the entity stays
+    ("inhibitors of the mammalian target of rapamycin (mTOR) were", "rapamycin", "mTOR",
+     "mammalian target of rapamycin", "rapamycin"),
+    ("the Deleted in Colorectal Cancer (DCC) gene", "Colorectal Cancer", "DCC",
+     "Deleted in Colorectal Cancer", "Colorectal Cancer"),
+])
+def test_an_entity_widens_to_the_long_form_it_heads(text, entity, short, long_form, expected):
+    from spacy_sapbert.pipe.abbreviations import follow_long_forms
+
+    doc = spacy.blank("en")(text)
+    start = text.index(entity)
+    ents = [doc.char_span(start, start + len(entity), label="Chemical")]
+    form = doc.char_span(text.index(long_form), text.index(long_form) + len(long_form))
+    assert [e.text for e in follow_long_forms(ents, {short: form})] == [expected]

@@ -660,7 +660,8 @@ def test_a_names_table_maps_an_older_id_to_the_index_s(tiny_model, tiny_index_di
 
 @pytest.mark.parametrize("content, message", [
     ("metformin D008687\n", r"names.tsv:1: expected a name and a concept id separated by one tab"),
-    ("metformin\tD008687\nfoo\tD999999\n", r"names.tsv:2: concept 'D999999' is not in the index"),
+    ("metformin\tD008687\nfoo\tD999999\n", r"names.tsv:2: concept 'D999999' is not in the index .*; fix or remove "
+                                         r"that line \(or, for an id it no longer holds, give its current id in a third"),
     ("foo\tC999999\tD999999\n", r"names.tsv:1: concept 'D999999' is not in the index"),
     ("metformin\tD008687\tD002945\n", r"names.tsv:1: concept 'D008687' is in the index .*, so needs no current id beside it"),
 ])

@@ -7,6 +7,7 @@ expanded (`expand_abbreviations`, `linked_text`)."""
 import re
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
+from spacy.lang.en.stop_words import STOP_WORDS
 from spacy.tokens import Doc, Span
 
 from .elements import element_name
@@ -288,8 +289,10 @@ def follow_long_forms(ents: Iterable[Span], forms: Dict[str, Span]) -> List[Span
     """Entities put right by the abbreviations' definitions (short form → long form span). An
     entity that ends where a long form ends but starts inside it ("diabetes mellitus" in
     "non-insulin-dependent diabetes mellitus (NIDDM)") is widened to the whole long form, when
-    no other entity overlaps it: the author defined the term, so its span is known. Then a short
-    form takes the label of the one entity over its long form ("NIDDM" tagged Chemical after a
+    no other entity overlaps it and the words before it hold no function word (spaCy's stop
+    words: in "mammalian target of rapamycin (mTOR)" or "Deleted in Colorectal Cancer (DCC)" the
+    entity is not what the short form names, and neither moves). Then a short form takes the
+    label of the one entity over its long form ("NIDDM" tagged Chemical after a
     Disease long form becomes a Disease). kb_ids are kept."""
     ents = list(ents)
     label_of: Dict[str, int] = {}
@@ -299,6 +302,8 @@ def follow_long_forms(ents: Iterable[Span], forms: Dict[str, Span]) -> List[Span
             continue
         ent = ents[inside[0]]
         if ent.end == form.end and form.start < ent.start:
+            if any(token.lower_ in STOP_WORDS for token in ent.doc[form.start:ent.start]):
+                continue  # the entity is no head of the long form: "mammalian target of rapamycin (mTOR)"
             ents[inside[0]] = ent = Span(ent.doc, form.start, form.end, label=ent.label, kb_id=ent.kb_id)
         label_of[short] = ent.label
     return [Span(ent.doc, ent.start, ent.end, label=label_of[ent.text], kb_id=ent.kb_id)
