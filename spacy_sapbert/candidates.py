@@ -307,7 +307,8 @@ def read_added_names(path, index) -> Tuple[Dict[str, List[int]], Dict[str, str]]
     positions of its concepts in `index`, in the table's order; and the older ids the table maps
     (an id the index lacks → the index's id given beside it). An id that is no concept of the
     index, nor another id of one, fails with one sentence naming its line, unless its current id
-    follows it; a current id must be the index's, and only for an id the index lacks."""
+    follows it; a current id must be the index's, only for an id the index lacks, and one per
+    older id."""
     from .kb.formats import read_names
 
     position = {concept_id: i for i, concept_id in enumerate(index.concept_ids)}
@@ -332,7 +333,9 @@ def read_added_names(path, index) -> Tuple[Dict[str, List[int]], Dict[str, str]]
             found = find(current)
             if found is None:
                 raise fail(line_no, current)
-            older[concept_id] = index.concept_ids[found]
+            if older.setdefault(concept_id, index.concept_ids[found]) != index.concept_ids[found]:
+                raise KBFormatError(f"{path}:{line_no}: concept {concept_id!r} was given the current id "
+                                    f"{older[concept_id]!r} above; give one current id per older id.")
         if found is None:
             raise fail(line_no, concept_id, older=True)
         concepts = names.setdefault(exact_key(name), [])

@@ -269,7 +269,7 @@ def link(
     ner: Optional[str] = typer.Option(None, "--ner", help="spaCy pipeline (name or path) whose NER sets doc.ents."),
     model: str = typer.Option(DEFAULT, "--model", help="Model directory or Hugging Face name."),
     index: str = typer.Option(DEFAULT, "--index", help="default (the bundled index), a knowledge base by name (mesh, hpo, …: `spacy-sapbert info` lists them) or a directory from build-index."),
-    names: Optional[str] = typer.Option(None, "--names", help="A names table added to the index's names: a name and a concept id per line, tab-separated (the linker's index.names)."),
+    names: Optional[str] = typer.Option(None, "--names", help="A names table added to the index's names: a name and a concept id per line, tab-separated, and for an id the index no longer holds its current id after another tab (the linker's index.names)."),
     threshold: float = typer.Option(0.7, "--threshold", help="Below this score a mention gets no concept."),
     batch_size: int = typer.Option(64, "--batch-size", help="Documents per batch."),
     precision: Precision = typer.Option(Precision.int8, "--precision", help="int8 (ONNX Runtime, fast) or fp32 (torch, exact) mention encoding."),

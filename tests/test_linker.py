@@ -664,6 +664,8 @@ def test_a_names_table_maps_an_older_id_to_the_index_s(tiny_model, tiny_index_di
                                          r"that line \(or, for an id it no longer holds, give its current id in a third"),
     ("foo\tC999999\tD999999\n", r"names.tsv:1: concept 'D999999' is not in the index"),
     ("metformin\tD008687\tD002945\n", r"names.tsv:1: concept 'D008687' is in the index .*, so needs no current id beside it"),
+    ("foo\tC999999\tD002945\nbar\tC999999\tD008687\n",
+     r"names.tsv:2: concept 'C999999' was given the current id 'D002945' above; give one current id per older id"),
 ])
 def test_a_bad_names_table_fails_naming_its_line(tiny_model, tiny_index_dir, tmp_path, content, message):
     from spacy_sapbert.kb import KBFormatError

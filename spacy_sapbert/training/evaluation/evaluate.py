@@ -299,7 +299,8 @@ def evaluate_command(
         "Acc@1 per label is measured (all linkable mentions and those whose gold the index holds)."),
     index: str = typer.Option("default", "--index", help="--end-to-end: the linker's index (default, a knowledge base by name such as mesh, or an index directory)."),
     names: Optional[Path] = typer.Option(None, "--names", help="--end-to-end: a names table the linker adds to its index's "
-                                         "names (index.names; python -m spacy_sapbert.training.data.names writes one from a corpus)."),
+                                         "names (index.names; python -m spacy_sapbert.training.data.names writes one from a corpus); gold ids are read "
+                                         "through its older ids too."),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     if end_to_end:
