@@ -41,6 +41,9 @@ def test_an_id_the_index_lacks_is_kept_as_an_older_id_of_the_one_concept_its_nam
     assert rows == [("GEM", "C056507", "D000093542"), ("gemcitabine", "C056507", "D000093542")]
     assert counts == {"used": 2, "older ids": 2, "not in the index": 5}
     assert [row[1:] for row in read_names(write_names(rows, tmp_path / "n.tsv"))] == rows
+    # an id whose mentions of two labels give two concepts is no older id of either
+    two = [mention("gemcitabine", "C056507"), ds.Mention("1", 0, 10, "space walk", "Disease", ["C056507"])]
+    assert corpus_names(two, kb.resolve_id, older_ids(kb, {"Chemical": ["D"]}))[0] == []
     # a name borne by a concept of no type the label may take is not read, save without label types
     walk = [mention("space walk", "C000001")]
     assert corpus_names(walk, kb.resolve_id, older_ids(kb, {"Chemical": ["D"]}))[0] == []

@@ -35,10 +35,9 @@ def corpus_names(mentions: Iterable[ds.Mention], resolve: Callable[[str], Option
     it). A name given several concepts lists them most mentions first, then in id order; names
     that differ only in case, spacing and punctuation are one (as the linker compares them:
     kb.exact_key), written as first seen. An id the index lacks is kept as an older id where
-    `current` (older_ids) gives, from its mentions' label and names, the index's id for it: its
-    rows are
-    (name, older id, current id). Also the counts of mentions used (of them, by an older id) and
-    left out (composite, not in the index)."""
+    `current` (older_ids) gives, from its mentions' label and names, one index id for it: its
+    rows are (name, older id, current id). Also the counts of mentions used (of them, by an
+    older id) and left out (composite, not in the index)."""
     counts: Counter = Counter()
     given: Dict[str, Counter] = defaultdict(Counter)
     written: Dict[str, str] = {}
@@ -55,8 +54,11 @@ def corpus_names(mentions: Iterable[ds.Mention], resolve: Callable[[str], Option
             continue
         given[exact_key(name)][(concept,)] += 1
         counts["used"] += 1
+    answers: Dict[str, Set[Optional[str]]] = defaultdict(set)  # one current id per older id, whatever its labels
     for (older, label), keys in lacking.items():
-        now = current(older, label, {written[key] for key in keys}) if current else None
+        answers[older].add(current(older, label, {written[key] for key in keys}) if current else None)
+    for (older, label), keys in lacking.items():
+        now = next(iter(answers[older])) if len(answers[older]) == 1 else None
         n_mentions = sum(keys.values())
         counts["used" if now else "not in the index"] += n_mentions
         counts["older ids"] += n_mentions if now else 0
