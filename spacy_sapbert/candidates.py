@@ -169,7 +169,8 @@ class CandidateGenerator:
         model records."""
         encoder = encoder_loader.load(calibration=index_loader.calibration())
         index = index_loader.load(encoder, graph_over=graph_over)
-        names, older = read_added_names(index_loader.names, index) if getattr(index_loader, "names", None) else ({}, {})
+        names, older = (read_added_names(index_loader.names, index, str(index_loader.index))
+                        if getattr(index_loader, "names", None) else ({}, {}))
         model_path = getattr(encoder, "path", None) or encoder_loader.model_path()
         return cls(encoder, index, settings, scoring, recorded=read_scoring(model_path), names=names, older_ids=older)
 
@@ -302,13 +303,13 @@ class CandidateGenerator:
         self._cache.clear()
 
 
-def read_added_names(path, index) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
+def read_added_names(path, index, shown: Optional[str] = None) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
     """A names table (kb.formats.read_names) as the generator asks it: each name's key → the
     positions of its concepts in `index`, in the table's order; and the older ids the table maps
     (an id the index lacks → the index's id given beside it). An id that is no concept of the
     index, nor another id of one, fails with one sentence naming its line, unless its current id
     follows it; a current id must be the index's, only for an id the index lacks, and one per
-    older id."""
+    older id. `shown`: the index as the user named it, for the errors."""
     from .kb.formats import read_names
 
     position = {concept_id: i for i, concept_id in enumerate(index.concept_ids)}
@@ -318,7 +319,7 @@ def read_added_names(path, index) -> Tuple[Dict[str, List[int]], Dict[str, str]]
         return position.get(index.kb.resolve_id(concept_id) or "") if found is None else found
 
     def fail(line_no: int, concept_id: str, held: bool = False, older: bool = False) -> KBFormatError:
-        where = f"the index {index.meta.get('kb_name', '')!r}"
+        where = f"the index {shown or index.meta.get('kb_name', '')!r}"
         said = f"is in {where}, so needs no current id beside it" if held else f"is not in {where}"
         also = " (or, for an id it no longer holds, give its current id in a third column)" if older else ""
         return KBFormatError(f"{path}:{line_no}: concept {concept_id!r} {said}; fix or remove that line{also}.")

@@ -660,7 +660,7 @@ def test_a_names_table_maps_an_older_id_to_the_index_s(tiny_model, tiny_index_di
 
 @pytest.mark.parametrize("content, message", [
     ("metformin D008687\n", r"names.tsv:1: expected a name and a concept id separated by one tab"),
-    ("metformin\tD008687\nfoo\tD999999\n", r"names.tsv:2: concept 'D999999' is not in the index .*; fix or remove "
+    ("metformin\tD008687\nfoo\tD999999\n", r"names.tsv:2: concept 'D999999' is not in the index '.*tiny.*'; fix or remove "
                                          r"that line \(or, for an id it no longer holds, give its current id in a third"),
     ("foo\tC999999\tD999999\n", r"names.tsv:1: concept 'D999999' is not in the index"),
     ("metformin\tD008687\tD002945\n", r"names.tsv:1: concept 'D008687' is in the index .*, so needs no current id beside it"),
@@ -672,9 +672,17 @@ def test_a_bad_names_table_fails_naming_its_line(tiny_model, tiny_index_dir, tmp
 
     names = tmp_path / "names.tsv"
     names.write_text(content, encoding="utf-8")
-    nlp = _with_names(tiny_model, tiny_index_dir, names)
-    with pytest.raises(KBFormatError, match=message):
-        nlp("glucophage XR")
+    with pytest.raises(KBFormatError, match=message):  # a malformed line at add_pipe, an unknown id at the first doc
+        _with_names(tiny_model, tiny_index_dir, names)("glucophage XR")
+
+
+def test_a_malformed_names_line_fails_at_add_pipe(tiny_model, tiny_index_dir, tmp_path):
+    from spacy_sapbert.kb import KBFormatError
+
+    names = tmp_path / "names.tsv"
+    names.write_text("# name\tconcept\nmetformin D008687\n", encoding="utf-8")
+    with pytest.raises(KBFormatError, match=r"names.tsv:2: expected a name and a concept id separated by one tab"):
+        _with_names(tiny_model, tiny_index_dir, names)
 
 
 def test_a_names_table_that_is_not_there_fails_at_add_pipe(tiny_model, tiny_index_dir, tmp_path):

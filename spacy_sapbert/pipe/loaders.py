@@ -116,13 +116,18 @@ class IndexLoader:
 
     def check_source(self) -> None:
         """One sentence now, not at the first document, for an index that is neither bundled, a
-        named knowledge base nor a directory written by build-index."""
+        named knowledge base nor a directory written by build-index, or a names table that is no
+        file or has a line that is no name and id."""
         from ..kb.named import is_named
         from ..search.index import META_FILE, ConceptIndexError
 
         if self.names is not None and not Path(str(self.names)).expanduser().is_file():
             raise ConceptIndexError(f"index.names {str(self.names)!r} is not a file; give a tab-separated file of "
                                     "names and concept ids, one pair per line, or leave it out.")
+        if self.names is not None:  # its lines now; its ids when the index loads (the first document)
+            from ..kb.formats import read_names
+
+            read_names(Path(str(self.names)).expanduser())
         index = str(self.index)
         if index in (DEFAULT, DEFAULT_EXACT) or is_named(index):
             return
