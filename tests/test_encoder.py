@@ -78,6 +78,19 @@ def test_fp32_without_torch_names_the_extra(monkeypatch, tiny_model):
         load_encoder(tiny_model, "fp32")
 
 
+def test_fp32_without_torch_fails_at_add_pipe(monkeypatch, tiny_model, tiny_index_dir):
+    import sys
+
+    import spacy
+
+    from spacy_sapbert.encoders.base import EncoderError
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    with pytest.raises(EncoderError, match=r"^encoder.precision 'fp32' needs torch and transformers"):
+        spacy.blank("en").add_pipe("sapbert_linker", config={
+            "encoder": {"model": str(tiny_model), "precision": "fp32"}, "index": {"index": str(tiny_index_dir)}})
+
+
 @pytest.mark.parametrize("model,precision,said", [
     ("./no/such/model", "fp32", r"^encoder.model './no/such/model' is not a folder here \(.*\); fix the path"),
     ("models/x", "int8", r"^encoder.model 'models/x' is not a folder here \(.*\); fix the path"),

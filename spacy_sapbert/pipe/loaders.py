@@ -66,10 +66,14 @@ class EncoderLoader:
 
     def check_source(self) -> None:
         """One sentence now, not at the first document, for a model that is no folder here and,
-        at fp32, no name of a Hugging Face hub that can be reached."""
+        at fp32, no name of a Hugging Face hub that can be reached, or fp32 without torch."""
         from ..assets import BASE, FAST
         from ..encoders.loading import check_model_source
 
+        if self.precision == "fp32":
+            from ..encoders.backends import check_torch
+
+            check_torch("encoder.precision 'fp32'")
         if str(self.model) not in (DEFAULT, BASE, FAST):
             check_model_source(str(self.model), hub=self.precision == "fp32")
 
