@@ -398,7 +398,7 @@ def _named_info() -> None:
         rows.append((name, named.what, named.measured or "", f"indexed ({size:.0f} MB)" if built else "not yet"))
     rows.append(("umls:META_FOLDER", "a UMLS release (MRCONSO.RRF, MRSTY.RRF)", "", ""))
     msg.table(rows, header=("index", "knowledge base", "first use on 2 CPU cores", "in the cache"), divider=True,
-              max_col=100, title='Knowledge bases by name: config={"index": {"index": NAME}}, or build-index --kb NAME')
+              max_col=max(len(cell) for row in rows for cell in row), title='Knowledge bases by name: config={"index": {"index": NAME}}, or build-index --kb NAME')
 
 
 # Other installed packages add commands through this entry-point group (the project's
