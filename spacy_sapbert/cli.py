@@ -44,6 +44,15 @@ def _fail(err: Exception) -> None:
     raise typer.Exit(1)
 
 
+def _check_link_arguments(text: Optional[str], input: Optional[Path], names: Optional[str]) -> None:
+    """One sentence naming the option, before a pipeline is made."""
+    if (text is None) == (input is None):
+        _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
+    if names is not None and not Path(names).expanduser().is_file():
+        _fail(ValueError(f"--names {names!r} is not a file; give a tab-separated file of names and concept ids, "
+                         "one pair per line."))
+
+
 def _user_errors() -> tuple:
     from .cache import ResourceError
     from .encoders.base import EncoderError
@@ -285,8 +294,7 @@ def link(
     --docs-per-shard lines of each file; a rerun skips the shards already complete."""
     from .corpus.shards import CorpusError, LinkSettings, ShardLinker
 
-    if (text is None) == (input is None):
-        _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
+    _check_link_arguments(text, input, names)
     settings = LinkSettings(ner=ner, model=model, index=index, names=names, threshold=threshold, k=k,
                             labels=tuple(x for x in labels.split(",") if x), precision=precision.value,
                             input_format=input_format.value, output_format=output_format.value,

@@ -58,7 +58,7 @@ def test_link_reads_a_names_table(cli_index, ner_dir, tiny_model, tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(target.read_text().splitlines()[0])["entities"][0]["cui"] == "D002945"
     result = runner.invoke(app, [*common, "--names", str(tmp_path / "nowhere.tsv")], input="metformin\n")
-    assert result.exit_code == 1 and "index.names" in said(result) and "Traceback" not in said(result)
+    assert result.exit_code == 1 and "--names '" in said(result) and "Traceback" not in said(result)
 
 
 def test_link_jsonl_in_and_out(cli_index, ner_dir, tiny_model, tmp_path):
