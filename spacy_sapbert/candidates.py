@@ -145,13 +145,18 @@ class CandidateGenerator:
         concepts of that name and whatever the search found.
     older_ids: ids the index no longer holds → the index's ids for them (a names table's third
         column), which `resolve_id` answers.
+    answers: a concept outside the scheme answers are given in → its nearest broader concepts
+        inside it (`kb.schemes.scheme_answers`), which go before it at its score: a MONDO concept
+        with no MeSH or OMIM id answers as the MeSH heading above it ("cancer" MONDO:0004992 as
+        neoplasms D009369), as MeSH-annotated text expects; the concept itself follows.
     """
 
     def __init__(self, encoder, index, settings: Optional[CandidateSettings] = None,
                  scoring: Optional[Scoring] = None, content_rule: bool = True,
                  recorded: Optional[Scoring] = None, hybrid=None, names: Optional[Dict[str, List[int]]] = None,
-                 older_ids: Optional[Dict[str, str]] = None):
+                 older_ids: Optional[Dict[str, str]] = None, answers: Optional[Dict[str, List[str]]] = None):
         self.content_rule = content_rule
+        self.answers = answers or {}
         self.names = names or {}
         self.older_ids = older_ids or {}
         self.encoder = encoder
@@ -169,10 +174,16 @@ class CandidateGenerator:
         model records."""
         encoder = encoder_loader.load(calibration=index_loader.calibration())
         index = index_loader.load(encoder, graph_over=graph_over)
-        names, older = (read_added_names(index_loader.names, index, str(index_loader.index))
-                        if getattr(index_loader, "names", None) else ({}, {}))
+        names, older = read_names_tables(index_loader.tables(), index, str(index_loader.index))
+        patterns = index_loader.answer_patterns(index.meta)
+        answers = None
+        if patterns:
+            from .kb.schemes import scheme_answers
+
+            answers = scheme_answers(index.kb, patterns)
         model_path = getattr(encoder, "path", None) or encoder_loader.model_path()
-        return cls(encoder, index, settings, scoring, recorded=read_scoring(model_path), names=names, older_ids=older)
+        return cls(encoder, index, settings, scoring, recorded=read_scoring(model_path), names=names, older_ids=older,
+                   answers=answers)
 
     @property
     def tau(self) -> float:
@@ -239,6 +250,8 @@ class CandidateGenerator:
             searched = self._search(missing)
             if self.names:
                 searched = {mention: self._added_first(mention, ranked) for mention, ranked in searched.items()}
+            if self.answers:
+                searched = {mention: self._in_scheme(mention, ranked) for mention, ranked in searched.items()}
             found.update(searched)
             self._remember(searched)
         return found
@@ -262,6 +275,22 @@ class CandidateGenerator:
                                       min_rows=min_rows, tau=self.tau, exact_keys=keys)
             found.update(((text, types), candidates) for text, candidates in zip(group, results))
         return found
+
+    def _in_scheme(self, mention: Mention, candidates: Candidates) -> Candidates:
+        """`candidates` with each concept outside the answers' scheme preceded by its broader
+        concepts inside it (of the mention's types), at its score; each concept once, first place kept."""
+        ranked: Dict[str, float] = {}
+        for concept_id, score in candidates:
+            for answer in self.answers.get(concept_id, ()):
+                if not mention[1] or self.index.has_type(self._position(answer), mention[1]):
+                    ranked.setdefault(answer, score)
+            ranked.setdefault(concept_id, score)
+        return list(ranked.items())[: self.settings.k]
+
+    def _position(self, concept_id: str) -> int:
+        if getattr(self, "_positions", None) is None:
+            self._positions = {c: i for i, c in enumerate(self.index.concept_ids)}
+        return self._positions[concept_id]
 
     def _added_first(self, mention: Mention, candidates: Candidates) -> Candidates:
         """`candidates` after the concepts the names table gives the mention's text, at 1.0."""
@@ -301,6 +330,20 @@ class CandidateGenerator:
     def clear_cache(self) -> None:
         """Forget remembered candidates (after a knob that changes them, such as k)."""
         self._cache.clear()
+
+
+def read_names_tables(paths, index, shown: Optional[str] = None) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
+    """Several names tables (`read_added_names`) as one: a name's concepts in the order of the
+    tables, then of each table's lines; an older id mapped by the first table that maps it."""
+    names: Dict[str, List[int]] = {}
+    older: Dict[str, str] = {}
+    for path in paths:
+        added, mapped = read_added_names(path, index, shown)
+        for key, concepts in added.items():
+            names.setdefault(key, []).extend(c for c in concepts if c not in names[key])
+        for concept_id, current in mapped.items():
+            older.setdefault(concept_id, current)
+    return names, older
 
 
 def read_added_names(path, index, shown: Optional[str] = None) -> Tuple[Dict[str, List[int]], Dict[str, str]]:

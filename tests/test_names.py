@@ -73,3 +73,20 @@ def test_names_are_checked_against_the_index_the_linker_reads(tiny_index_dir, tm
     assert kb.resolve_id("D008687") == "D008687" and isinstance(label_types, dict)
     with pytest.raises(FileNotFoundError, match="neither default, a knowledge base by name nor an index directory"):
         index_kb(str(tmp_path))
+
+
+def test_table_rules_choose_which_names_a_table_keeps():
+    from spacy_sapbert.training.data.names import TableRules
+
+    known = {"D1": "D1", "D2": "D2", "D3": "D3"}
+    mentions = [mention("toxicity", "D1"), mention("toxicity", "D1"), mention("toxicity", "D2"),
+                mention("PD", "D3"), mention("PD", "D3"), mention("rare", "D3")]
+    assert corpus_names(mentions, known.get)[0] == [("PD", "D3"), ("rare", "D3"), ("toxicity", "D1"), ("toxicity", "D2")]
+    assert corpus_names(mentions, known.get, rules=TableRules(min_count=2))[0] == [("PD", "D3"), ("toxicity", "D1")]
+    assert corpus_names(mentions, known.get, rules=TableRules(short_forms=False))[0] == [
+        ("rare", "D3"), ("toxicity", "D1"), ("toxicity", "D2")]
+    assert corpus_names(mentions, known.get, rules=TableRules(ambiguous="majority"))[0] == [
+        ("PD", "D3"), ("rare", "D3"), ("toxicity", "D1")]
+    assert corpus_names(mentions, known.get, rules=TableRules(ambiguous="drop"))[0] == [("PD", "D3"), ("rare", "D3")]
+    with pytest.raises(ValueError, match="ambiguous 'some' is not one of keep, majority, drop"):
+        TableRules(ambiguous="some")

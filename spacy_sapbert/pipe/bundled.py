@@ -70,6 +70,7 @@ def demo_pipeline(
     linker_config: Optional[dict] = None,
     encoder_config: Optional[dict] = None,
     names: Optional[str] = None,
+    index_config: Optional[dict] = None,
 ) -> Language:
     """NER + abbreviations + `sapbert_linker`.
 
@@ -77,6 +78,7 @@ def demo_pipeline(
         en_ner_bc5cdr_md); None takes the bundled demo NER, or, until one is bundled, a
         dictionary ruler over the index's names.
     names: a names table the linker adds to its index's names (index.names).
+    index_config: more settings of the linker's index sub-config (`shipped_names`).
     """
     from . import linker  # noqa: F401  (registers the factory when not installed
 
@@ -89,8 +91,8 @@ def demo_pipeline(
     # A saved pipeline may bring its own linker: this one, with these settings, replaces it.
     for name in [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "sapbert_linker"]:
         nlp.remove_pipe(name)
-    index_config = {"index": index, **({"names": names} if names is not None else {})}
-    config = {"encoder": {"model": model, **(encoder_config or {})}, "index": index_config, **(linker_config or {})}
+    index_settings = {"index": index, **({"names": names} if names is not None else {}), **(index_config or {})}
+    config = {"encoder": {"model": model, **(encoder_config or {})}, "index": index_settings, **(linker_config or {})}
     pipe = nlp.add_pipe("sapbert_linker", config=config)
     pipe.initialize()
     if ner is None:

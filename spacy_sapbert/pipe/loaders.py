@@ -14,11 +14,11 @@ Each returns a cheap loader: nothing is read until the pipe is initialised or fi
 """
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 from spacy.util import registry
 
-from ..assets import DEFAULT, DEFAULT_EXACT
+from ..assets import BUNDLED_INDEX, DEFAULT, DEFAULT_EXACT
 from ..candidates import Scoring
 from ..encoders.base import MAX_LENGTH, POOLINGS, PRECISIONS
 
@@ -106,10 +106,39 @@ class IndexLoader:
     to one of its names (ignoring case, spacing and punctuation) gets that name's concepts
     first, at score 1.0: in-house codes, brand names, or the names an annotated corpus gives
     its concepts. An id the index no longer holds may be followed by its current id, in a third
-    column; the linker's `resolve_id` then maps it."""
+    column; the linker's `resolve_id` then maps it.
+
+    shipped_names: read the names table the index ships (its NAMES_FILE; the bundled index's
+    holds the names the public annotations of NCBI-disease and BC5CDR give their concepts,
+    "toxicity" as drug-related side effects), after `names`. False: the ontology's names alone.
+
+    scheme: the ids answers are given in (kb.schemes): "auto" (what the index records: the
+    bundled index answers in MEDIC's, MeSH and OMIM, so a MONDO concept with neither answers as
+    the MeSH heading above it, itself next in `kb_ents`), "" (every concept under its own id), or
+    regular expressions of ids, comma-separated."""
 
     index: str = DEFAULT
     names: Optional[str] = None
+    shipped_names: bool = True
+    scheme: str = "auto"
+
+    def answer_patterns(self, meta: dict) -> List[str]:
+        """The id patterns of the answers' scheme, for an index with this `meta`."""
+        if self.scheme == "auto":
+            return list(meta.get("answer_scheme", []))
+        return [p.strip() for p in self.scheme.split(",") if p.strip()]
+
+    def tables(self) -> List[Path]:
+        """The names tables the linker reads, in order: `names`, then the index's own."""
+        from ..kb.named import is_named
+        from ..search.index import NAMES_FILE
+
+        tables = [Path(str(self.names)).expanduser()] if self.names is not None else []
+        index = str(self.index)
+        if self.shipped_names and not is_named(index):
+            folder = BUNDLED_INDEX if index in (DEFAULT, DEFAULT_EXACT) else Path(index).expanduser()
+            tables += [folder / NAMES_FILE] if (folder / NAMES_FILE).is_file() else []
+        return tables
 
     def calibration(self) -> Optional[Path]:
         """The index directory whose names calibrate an int8 export of a model that searches it;

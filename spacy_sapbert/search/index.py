@@ -46,6 +46,9 @@ KB_FILE = "kb.jsonl"
 KB_FILE_GZ = "kb.jsonl.gz"
 # Each concept's id and types, so that linking reads the KB only when asked for it (ConceptIndex.kb).
 CONCEPTS_FILE = "concepts.json"
+# The names an index ships from annotated corpora (a names table, kb.formats.read_names), read
+# after a user's own table unless the index config's shipped_names is false.
+NAMES_FILE = "names.tsv.gz"
 # The links of a scalar-quantised index's search graph, stored beside its codes (save(graph=True)).
 GRAPH_FILE = "graph.npz"
 

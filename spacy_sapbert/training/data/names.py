@@ -14,6 +14,7 @@ composite mentions, are left out and counted. The table holds corpus mentions:
 keep it in an ignored folder (corpus/), never in git.
 """
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -28,8 +29,46 @@ from .protocol import TRAIN_FOLD, train_fold
 Row = Tuple[str, ...]  # (name, concept id) or, for an older id, (name, older id, current id)
 
 
+@dataclass(frozen=True)
+class TableRules:
+    """Which of a corpus's names a table keeps.
+
+    min_count: mentions a name must give a concept before the table gives it that concept.
+    short_forms: keep names that read as short forms ("PD"; pipe.abbreviations.is_short_form),
+        whose meaning a text defines; False leaves them to the abbreviation rules.
+    ambiguous: a name given several concepts: "keep" lists them all (most mentions first),
+        "majority" keeps the one most mentions give, "drop" leaves the name out.
+    """
+
+    min_count: int = 1
+    short_forms: bool = True
+    ambiguous: str = "keep"
+
+    def __post_init__(self) -> None:
+        if self.ambiguous not in ("keep", "majority", "drop"):
+            raise ValueError(f"ambiguous {self.ambiguous!r} is not one of keep, majority, drop.")
+
+    def apply(self, given: Dict[str, Counter], written: Dict[str, str]) -> Dict[str, Counter]:
+        """`given` (name key → Counter of id tuples) with these rules applied."""
+        from spacy_sapbert.pipe.abbreviations import is_short_form
+
+        kept: Dict[str, Counter] = {}
+        for key, concepts in given.items():
+            if not self.short_forms and is_short_form(written[key]):
+                continue
+            concepts = Counter({ids: n for ids, n in concepts.items() if n >= self.min_count})
+            if len(concepts) > 1 and self.ambiguous == "drop":
+                continue
+            if len(concepts) > 1 and self.ambiguous == "majority":
+                concepts = Counter(dict([min(concepts.items(), key=lambda item: (-item[1], item[0]))]))
+            if concepts:
+                kept[key] = concepts
+        return kept
+
+
 def corpus_names(mentions: Iterable[ds.Mention], resolve: Callable[[str], Optional[str]],
-                 current: Optional[Callable[[str, str, Set[str]], Optional[str]]] = None) -> Tuple[List[Row], Counter]:
+                 current: Optional[Callable[[str, str, Set[str]], Optional[str]]] = None,
+                 rules: TableRules = TableRules()) -> Tuple[List[Row], Counter]:
     """(name, concept id) rows of the names `mentions` give their concepts: each mention's text
     (whitespace normalised) with its one gold id as `resolve` gives it (None: the index lacks
     it). A name given several concepts lists them most mentions first, then in id order; names
@@ -37,7 +76,8 @@ def corpus_names(mentions: Iterable[ds.Mention], resolve: Callable[[str], Option
     kb.exact_key), written as first seen. An id the index lacks is kept as an older id where
     `current` (older_ids) gives, from its mentions' label and names, one index id for it: its
     rows are (name, older id, current id). Also the counts of mentions used (of them, by an
-    older id) and left out (composite, not in the index)."""
+    older id) and left out (composite, not in the index). `rules` (TableRules) choose which
+    names are kept."""
     counts: Counter = Counter()
     given: Dict[str, Counter] = defaultdict(Counter)
     written: Dict[str, str] = {}
@@ -64,6 +104,7 @@ def corpus_names(mentions: Iterable[ds.Mention], resolve: Callable[[str], Option
         counts["older ids"] += n_mentions if now else 0
         for key, n in keys.items() if now else ():
             given[key][(older, now)] += n
+    given = rules.apply(given, written)
     rows = [(written[key], *ids) for key in sorted(given)
             for ids, _ in sorted(given[key].items(), key=lambda item: (-item[1], item[0]))]
     return rows, +counts

@@ -1,5 +1,7 @@
 """End-to-end linking on what users run: a pipeline's NER, abbreviations and linker over whole
-BC5CDR documents, scored against the gold spans and ids.
+documents of a corpus (BC5CDR, both labels; NCBI-disease, diseases), scored against the gold
+spans and ids. Entities of a label the corpus does not annotate (an NER's chemicals in
+NCBI-disease) are not scored.
 
 A predicted entity is a span hit when a gold mention has the same boundaries and label (labels
 compared case-insensitively), and a link hit when, besides, its `cui` is one of that mention's
@@ -21,18 +23,32 @@ from typing import Dict, List, Tuple
 
 from ..data import datasets as ds
 
-LABELS = {"bc5cdr-disease": "Disease", "bc5cdr-chemical": "Chemical"}
+# Each corpus scored end to end: its datasets (as datasets.PUBTATOR_FILES names them) and the
+# entity label each one's mentions bear. NCBI-disease's mention classes (SpecificDisease,
+# DiseaseClass, Modifier, CompositeMention) are all diseases.
+CORPORA: Dict[str, Dict[str, str]] = {
+    "bc5cdr": {"bc5cdr-disease": "Disease", "bc5cdr-chemical": "Chemical"},
+    "ncbi-disease": {"ncbi-disease": "Disease"},
+}
+LABELS = {dataset: label for datasets in CORPORA.values() for dataset, label in datasets.items()}
 
 
-def gold_documents(split: str, data_dir: Path, fold: int = 0) -> Tuple[Dict[str, str], Dict[str, List[Tuple[int, int, str, List[str]]]]]:
-    """BC5CDR documents (id → text) and their gold mentions (start, end, label, ids), both labels;
-    ids are [] for a mention the corpus marks unlinkable. split "train-fold": the train documents
-    of fold `fold` (protocol.train_fold), where a pipe's settings are chosen before dev is read."""
+def corpus_of(dataset: str) -> str:
+    """The corpus a dataset's documents belong to ("bc5cdr-chemical" → "bc5cdr")."""
+    return next(corpus for corpus, datasets in CORPORA.items() if dataset in datasets)
+
+
+def gold_documents(split: str, data_dir: Path, fold: int = 0, corpus: str = "bc5cdr"
+                   ) -> Tuple[Dict[str, str], Dict[str, List[Tuple[int, int, str, List[str]]]]]:
+    """A corpus's documents (id → text) and their gold mentions (start, end, label, ids), every
+    label it annotates; ids are [] for a mention the corpus marks unlinkable. split "train-fold":
+    the train documents of fold `fold` (protocol.train_fold), where a pipe's settings are chosen
+    before dev is read."""
     from ..data.protocol import TRAIN_FOLD, train_fold
 
     texts: Dict[str, str] = {}
     gold: Dict[str, List[Tuple[int, int, str, List[str]]]] = {}
-    for dataset, label in LABELS.items():
+    for dataset, label in CORPORA[corpus].items():
         if split == TRAIN_FOLD:
             corpus, _ = train_fold(ds.load_pubtator_split(dataset, "train", data_dir, keep_unlinkable=True), fold)
         else:
@@ -50,18 +66,22 @@ def _prf(tp: int, fp: int, fn: int) -> Dict[str, float]:
     return {"precision": precision, "recall": recall, "f1": f1, "tp": tp, "fp": fp, "fn": fn}
 
 
-def evaluate_end_to_end(nlp, split: str, data_dir: Path, batch_size: int = 64, fold: int = 0) -> dict:
-    """Run `nlp` (ending in sapbert_linker) over BC5CDR `split` and score spans and links."""
-    texts, gold = gold_documents(split, data_dir, fold)
+def evaluate_end_to_end(nlp, split: str, data_dir: Path, batch_size: int = 64, fold: int = 0,
+                        corpus: str = "bc5cdr") -> dict:
+    """Run `nlp` (ending in sapbert_linker) over `corpus`'s `split` and score spans and links of
+    the labels the corpus annotates."""
+    texts, gold = gold_documents(split, data_dir, fold, corpus)
+    scored = {label.lower() for label in CORPORA[corpus].values()}
     resolve = nlp.get_pipe("sapbert_linker").resolve_id
     counts: Counter = Counter()
     ids = list(texts)
     for doc_id, doc in zip(ids, nlp.pipe((texts[i] for i in ids), batch_size=batch_size)):
         golds = {(start, end, label.lower()): {resolve(g) or g for g in gold_ids}
                  for start, end, label, gold_ids in gold.get(doc_id, []) if gold_ids}
-        counts.update(_nil_counts(doc, gold.get(doc_id, []), resolve))
+        entities = [ent for ent in doc.ents if ent.label_.lower() in scored]
+        counts.update(_nil_counts(entities, gold.get(doc_id, []), resolve))
         found_spans = set()
-        for ent in doc.ents:
+        for ent in entities:
             key = (ent.start_char, ent.end_char, ent.label_.lower())
             label = ent.label_.lower()
             found_spans.add(key)
@@ -76,7 +96,7 @@ def evaluate_end_to_end(nlp, split: str, data_dir: Path, batch_size: int = 64, f
                 counts[("span", key[2], "fn")] += 1
                 counts[("link", key[2], "fn")] += 1
     labels = sorted({label for _, label, _ in counts})
-    result: dict = {"dataset": "bc5cdr", "split": split, "documents": len(ids),
+    result: dict = {"dataset": corpus, "split": split, "documents": len(ids),
                     "gold_mentions": sum(len(v) for v in gold.values())}
     for kind in ("span", "link", "nil"):
         result[kind] = {label: _prf(*(counts[(kind, label, c)] for c in ("tp", "fp", "fn"))) for label in labels}
@@ -84,12 +104,12 @@ def evaluate_end_to_end(nlp, split: str, data_dir: Path, batch_size: int = 64, f
     return result
 
 
-def _nil_counts(doc, gold: List[Tuple[int, int, str, List[str]]], resolve) -> Counter:
-    """NIL detection over one document's entities (see the module's docstring): tp an entity
-    rightly left NIL, fp one left NIL that the KB could link, fn one linked that should be NIL."""
+def _nil_counts(entities, gold: List[Tuple[int, int, str, List[str]]], resolve) -> Counter:
+    """NIL detection over one document's scored entities (see the module's docstring): tp an
+    entity rightly left NIL, fp one left NIL that the KB could link, fn one linked that should be NIL."""
     counts: Counter = Counter()
     linkable = {(start, end): any(resolve(g) for g in ids) for start, end, _, ids in gold}
-    for ent in doc.ents:
+    for ent in entities:
         span = (ent.start_char, ent.end_char)
         if span in linkable:
             should_nil = not linkable[span]
@@ -103,18 +123,21 @@ def _nil_counts(doc, gold: List[Tuple[int, int, str, List[str]]], resolve) -> Co
     return counts
 
 
-def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, fold: int = 0) -> dict:
-    """The pipe's own Acc@1 from the gold spans: each BC5CDR document of `split` gets its gold
+def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, fold: int = 0,
+                        corpus: str = "bc5cdr") -> dict:
+    """The pipe's own Acc@1 from the gold spans (the realistic protocol, docs/evaluation.md):
+    each `corpus` document of `split` gets its gold
     mentions as entities (what the NER would give at best), and `nlp` without its NER
     (abbreviations, then sapbert_linker) links them. Acc@1: the entity with the mention's
     boundaries (widened to whole tokens) has as its first candidate (its `cui`, or for a NIL
     entity the first of its NIL candidates) one of the gold ids (resolved by the linker's
     `resolve_id`); linked_right: its `cui` is, at the pipe's threshold. An entity moved by a long form, or
     one left out because it overlaps another gold mention, is wrong. Per label, over every
-    linkable mention and over those whose gold the index holds (reachable)."""
+    linkable mention and over those whose gold the index holds (reachable). A composite mention
+    (several ids) is right when the first candidate is any of them."""
     from spacy.util import filter_spans
 
-    texts, gold = gold_documents(split, data_dir, fold)
+    texts, gold = gold_documents(split, data_dir, fold, corpus)
     linker = nlp.get_pipe("sapbert_linker")
     nil_attr = linker.attributes["nil_candidates"]
     ner = [name for name in nlp.pipe_names
@@ -144,7 +167,7 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
                     counts[(label.lower(), group, "n")] += 1
                     counts[(label.lower(), group, "right")] += top.get(bound) in resolved
                     counts[(label.lower(), group, "linked")] += linked.get(bound) in resolved
-    result: dict = {"dataset": "bc5cdr", "split": split, "documents": len(ids)}
+    result: dict = {"dataset": corpus, "split": split, "documents": len(ids)}
     for label in sorted({label for label, _, _ in counts}):
         n, n_reachable = max(counts[(label, "all", "n")], 1), max(counts[(label, "reachable", "n")], 1)
         result[label] = {"n": counts[(label, "all", "n")], "n_reachable": counts[(label, "reachable", "n")],

@@ -292,7 +292,7 @@ def evaluate_command(
     output: Optional[Path] = typer.Option(None, "--output", help="Write the metrics JSON here."),
     end_to_end: bool = typer.Option(
         False, "--end-to-end", help="Run the bundled NER, abbreviations and sapbert_linker (--model, --precision, "
-        "--sparse-weight, --marginal-tau, --index) over whole BC5CDR documents (either bc5cdr dataset) and score spans and links per label.",
+        "--sparse-weight, --marginal-tau, --index) over whole documents (BC5CDR's both labels with either bc5cdr dataset; NCBI-disease's diseases) and score spans and links per label.",
     ),
     gold_spans: bool = typer.Option(
         False, "--gold-spans", help="With --end-to-end: the gold spans instead of the NER's, so that the pipe's own "
@@ -334,10 +334,11 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
                         fold: int = 0, names: Optional[Path] = None) -> None:
     from spacy_sapbert.pipe.bundled import demo_pipeline
 
-    from .end_to_end import LABELS, evaluate_end_to_end, evaluate_gold_spans
+    from .end_to_end import LABELS, corpus_of, evaluate_end_to_end, evaluate_gold_spans
 
     if dataset not in LABELS:
-        msg.fail(f"--end-to-end scores BC5CDR documents; use --dataset bc5cdr-disease or bc5cdr-chemical, not {dataset}.")
+        msg.fail(f"--end-to-end scores whole documents of BC5CDR or NCBI-disease; use --dataset "
+                 f"{', '.join(LABELS)}, not {dataset}.")
         raise typer.Exit(1)
     if split == Split.train_folds.value:
         msg.fail("--end-to-end reads one split; give --split train-fold --fold N for a fifth of train.")
@@ -348,7 +349,7 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
         evaluate = evaluate_gold_spans if gold_spans else evaluate_end_to_end
         shown = f"{TRAIN_FOLD}{fold}" if split == TRAIN_FOLD else split
         metrics = {"model": model, "precision": precision, "index": index, "names": str(names) if names else None,
-                   **evaluate(nlp, split, data_dir, fold=fold), "split": shown}
+                   **evaluate(nlp, split, data_dir, fold=fold, corpus=corpus_of(dataset)), "split": shown}
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))
         raise typer.Exit(1)

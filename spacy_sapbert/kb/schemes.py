@@ -1,0 +1,44 @@
+"""The scheme answers are given in: the ids text annotated with MeSH expects.
+
+The bundled index merges MONDO into MeSH, so that OMIM-coded diseases are reachable; but a MONDO
+concept that has no MeSH (or OMIM) id of its own names a disease MeSH files under a broader
+heading ("cancer" MONDO:0004992 under neoplasms D009369, "breast cancer" MONDO:0007254 under
+breast neoplasms D001943), and a MeSH-annotated corpus (CTD's MEDIC: NCBI-disease, BC5CDR) marks
+such a mention with that heading.
+"""
+import re
+from typing import Dict, List, Sequence
+
+from .concepts import KnowledgeBase
+
+# MEDIC's scheme: MeSH descriptors and supplementary concepts (6 or 9 digits; a UMLS CUI, C and
+# 7 digits, is not MeSH's), and OMIM.
+MEDIC_SCHEME = (r"[CD]([0-9]{6}|[0-9]{9})$", r"OMIM:")
+
+
+def scheme_answers(kb: KnowledgeBase, scheme: Sequence[str] = MEDIC_SCHEME, max_depth: int = 4) -> Dict[str, List[str]]:
+    """For each concept of `kb` none of whose ids (its own and its alternative ids) match a
+    pattern of `scheme`: the concepts of the nearest level of its broader concepts (followed
+    up to `max_depth` levels) whose own id matches one, in the order the KB lists them. A
+    concept whose ancestors within reach hold none is left out."""
+    patterns = [re.compile(p) for p in scheme]
+
+    def matches(concept_id: str) -> bool:
+        return any(p.match(concept_id) for p in patterns)
+
+    answers: Dict[str, List[str]] = {}
+    for concept in kb:
+        if any(matches(i) for i in [concept.concept_id, *concept.alt_ids]):
+            continue
+        level, seen = list(concept.broader), {concept.concept_id}
+        for _ in range(max_depth):
+            level = [c for c in dict.fromkeys(kb.resolve_id(b) for b in level) if c is not None and c not in seen]
+            found = [c for c in level if matches(c)]
+            if found:
+                answers[concept.concept_id] = found
+                break
+            seen.update(level)
+            level = [b for c in level for b in kb.cui_to_entity[c].broader]
+            if not level:
+                break
+    return answers

@@ -1,0 +1,34 @@
+"""Answers in the scheme annotated text expects: a concept outside it answers as the nearest
+broader concepts inside it (kb.schemes), itself next."""
+from spacy_sapbert.candidates import CandidateGenerator
+from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+from spacy_sapbert.kb.schemes import scheme_answers
+
+
+def test_a_concept_outside_the_scheme_answers_as_its_nearest_broader_concepts_inside_it():
+    kb = KnowledgeBase()
+    kb.add(Concept("D009369", "Neoplasms", types=["C04"]))
+    kb.add(Concept("D001943", "Breast Neoplasms", types=["C04"], alt_ids=["MESH:D001943"]))
+    kb.add(Concept("MONDO:0004992", "cancer", alt_ids=["C0006826"], broader=["D009369"]))  # a UMLS CUI is no MeSH id
+    kb.add(Concept("MONDO:1", "lobular breast cancer", broader=["MONDO:2"]))                # two levels up
+    kb.add(Concept("MONDO:2", "breast carcinoma", broader=["MESH:D001943"]))               # an alternative id resolves
+    kb.add(Concept("MONDO:3", "Wolfram syndrome", alt_ids=["OMIM:222300"], broader=["D009369"]))  # OMIM: in MEDIC's scheme
+    kb.add(Concept("MONDO:4", "orphan disorder"))                                          # nothing above it
+    answers = scheme_answers(kb)
+    assert answers == {"MONDO:0004992": ["D009369"], "MONDO:1": ["D001943"], "MONDO:2": ["D001943"]}
+
+
+class _Index:
+    concept_ids = ["D009369", "MONDO:0004992", "D001943"]
+    types = {0: "C04", 1: "MONDO", 2: "C04"}
+
+    def has_type(self, position, prefixes):
+        return self.types[position].startswith(tuple(prefixes))
+
+
+def test_the_generator_puts_the_answer_before_the_concept_at_its_score():
+    generator = CandidateGenerator(None, _Index(), answers={"MONDO:0004992": ["D009369"]})
+    ranked = generator._in_scheme(("cancer", ()), [("MONDO:0004992", 0.9), ("D001943", 0.8), ("D009369", 0.7)])
+    assert ranked == [("D009369", 0.9), ("MONDO:0004992", 0.9), ("D001943", 0.8)]
+    # an answer of a type the mention may not take is not given
+    assert generator._in_scheme(("cancer", ("MONDO",)), [("MONDO:0004992", 0.9)]) == [("MONDO:0004992", 0.9)]
