@@ -146,9 +146,10 @@ class CandidateGenerator:
     older_ids: ids the index no longer holds → the index's ids for them (a names table's third
         column), which `resolve_id` answers.
     answers: a concept outside the scheme answers are given in → its nearest broader concepts
-        inside it (`kb.schemes.scheme_answers`), which go before it at its score: a MONDO concept
-        with no MeSH or OMIM id answers as the MeSH heading above it ("cancer" MONDO:0004992 as
-        neoplasms D009369), as MeSH-annotated text expects; the concept itself follows.
+        inside it (`kb.schemes.scheme_answers`), which take its place at its score: a MONDO
+        concept with no MeSH or OMIM id answers as the MeSH heading above it ("cancer"
+        MONDO:0004992 as neoplasms D009369), as MeSH-annotated text expects; the concept itself
+        follows its first heading.
     """
 
     def __init__(self, encoder, index, settings: Optional[CandidateSettings] = None,
@@ -178,9 +179,9 @@ class CandidateGenerator:
         patterns = index_loader.answer_patterns(index.meta)
         answers = None
         if patterns:
-            from .kb.schemes import scheme_answers
+            from .kb.schemes import index_answers
 
-            answers = scheme_answers(index.kb, patterns)
+            answers = index_answers(index, patterns)
         model_path = getattr(encoder, "path", None) or encoder_loader.model_path()
         return cls(encoder, index, settings, scoring, recorded=read_scoring(model_path), names=names, older_ids=older,
                    answers=answers)
@@ -244,7 +245,7 @@ class CandidateGenerator:
             elif self.scoring.exact_match:
                 exact = self._exact(mention_of(mention[0]), mention[1])
                 if exact:
-                    found[mention] = exact
+                    found[mention] = self._in_scheme(mention, exact) if self.answers else exact
         missing = [mention for mention in distinct if mention not in found]
         if missing:
             searched = self._search(missing)
@@ -277,14 +278,15 @@ class CandidateGenerator:
         return found
 
     def _in_scheme(self, mention: Mention, candidates: Candidates) -> Candidates:
-        """`candidates` with each concept outside the answers' scheme preceded by its broader
-        concepts inside it (of the mention's types), at its score; each concept once, first place kept."""
+        """`candidates` with each concept outside the answers' scheme answered by its broader
+        concepts inside it (of the mention's types), at its score: the first of them, the
+        concept itself, then the others; each concept once, first place kept."""
         ranked: Dict[str, float] = {}
         for concept_id, score in candidates:
-            for answer in self.answers.get(concept_id, ()):
-                if not mention[1] or self.index.has_type(self._position(answer), mention[1]):
-                    ranked.setdefault(answer, score)
-            ranked.setdefault(concept_id, score)
+            answers = [a for a in self.answers.get(concept_id, ())
+                       if not mention[1] or self.index.has_type(self._position(a), mention[1])]
+            for answer in [*answers[:1], concept_id, *answers[1:]]:
+                ranked.setdefault(answer, score)
         return list(ranked.items())[: self.settings.k]
 
     def _position(self, concept_id: str) -> int:

@@ -201,13 +201,18 @@ def convert_index(
     graph: bool = typer.Option(False, "--graph", help="sq types: build the search graph over the codes now and store its links (graph.npz), so that first use sets them instead of building them, as the bundled index does."),
     ef_search: Optional[int] = typer.Option(None, "--ef-search", help="hnsw types: candidates kept while searching (default 256; 1024 keeps recall@10 at 0.99 for 4M names)."),
     prefer: str = typer.Option("", "--prefer", help="Comma-separated id patterns (regular expressions matching whole ids), best first: a name several concepts of one label bear is kept only for the best (e.g. 'D[0-9]+,C[0-9]+': MeSH descriptors, then supplementary concepts, then the rest)."),
+    answer_scheme: str = typer.Option("", "--answer-scheme", help="Comma-separated id patterns the index answers in, recorded for index.scheme 'auto' (kb.schemes): a concept none of whose ids match answers as its nearest broader concepts that do; 'medic' for MeSH and OMIM."),
 ):
     """Re-index an index's vectors as another FAISS type (e.g. compress it), without encoding."""
+    from .kb.schemes import MEDIC_SCHEME
     from .search.index import ConceptIndex
 
     try:
         patterns = [p for p in prefer.split(",") if p]
         index = ConceptIndex.load(source).converted(index_type.value, dim=dim, prefer=patterns)
+        if answer_scheme:
+            index.meta["answer_scheme"] = (list(MEDIC_SCHEME) if answer_scheme == "medic"
+                                           else [p for p in answer_scheme.split(",") if p])
         if ef_search is not None:
             index.set_ef_search(ef_search)
         index.save(output, compress_kb=compress_kb, graph=graph)

@@ -282,3 +282,9 @@ def test_train_folds_split_the_documents_and_learn_from_the_others():
         assert {m.text for m in others} == {m.text for d in docs for m in d.mentions} - {m.text for m in fold.mentions}
     with pytest.raises(ValueError, match=r"^fold 5 is not a train fold; give 0 to 4\."):
         train_fold(corpus, TRAIN_FOLDS)
+
+
+def test_the_tfidf_baseline_breaks_ties_in_dictionary_order_taking_none_of_the_linkers_rules():
+    kb = KnowledgeBase([Concept("OMIM:160900", "DM"), Concept("D009223", "DM", ["myotonic dystrophy"]),
+                        Concept("D3", "diabetes")])
+    assert CharTfidf(kb).rank(["DM"], k=2) == [["OMIM:160900", "D009223"]]  # the linker's tie rule puts the later first

@@ -90,3 +90,29 @@ def test_table_rules_choose_which_names_a_table_keeps():
     assert corpus_names(mentions, known.get, rules=TableRules(ambiguous="drop"))[0] == [("PD", "D3"), ("rare", "D3")]
     with pytest.raises(ValueError, match="ambiguous 'some' is not one of keep, majority, drop"):
         TableRules(ambiguous="some")
+
+
+def test_an_index_ships_a_names_table_read_after_the_users_and_switched_off_by_shipped_names(
+        tiny_model, tiny_index_dir, tmp_path):
+    import shutil
+
+    import spacy
+    from spacy.tokens import Span
+
+    from spacy_sapbert.search.index import NAMES_FILE
+
+    index = shutil.copytree(tiny_index_dir, tmp_path / "index")
+    write_names([("sugar disease", "D003922")], index / NAMES_FILE)
+    user = write_names([("sugar disease", "D003924")], tmp_path / "mine.tsv")
+
+    def first(**index_config):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "threshold": 0.0,
+                                               "index": {"index": str(index), **index_config}})
+        doc = nlp.make_doc("sugar disease")
+        doc.ents = [Span(doc, 0, 2, "Disease")]
+        return nlp(doc).ents[0]._.kb_ents[:2]
+
+    assert first()[0] == ("D003922", 1.0)  # the shipped table's concept, as an identical name
+    assert first(names=str(user)) == [("D003924", 1.0), ("D003922", 1.0)]  # the user's table, then the shipped one
+    assert first(shipped_names=False)[0][1] < 1.0  # no table: "sugar disease" is no name of the index

@@ -17,7 +17,7 @@ from spacy_sapbert.encoders.settings import read_settings
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = ("default", "paper", "seeds", "evaluation")  # spaCy forbids a workflow named `evaluate`
 CPU_RECIPE = ["keys", "pretrain-cpu", "finetune-cpu", "evaluate-cpu", "package-default", "fast-cpu",
-              "linking-kb", "bundle-index", "ner"]
+              "linking-kb", "bundle-index", "names-table", "ner"]
 
 
 def project_config():
@@ -42,7 +42,7 @@ def test_the_four_workflows_and_the_names_before_0_2():
     assert workflows["paper"][-1] == "index"
     assert {"kge", "contexts", "pretrain-ms2", "pretrain-ms3", "pretrain-kge-injected", "pretrain-prototypes",
             "pretrain-contextual", "pretrain-adapter13", "pretrain-adapter1"} <= set(workflows["seeds"])
-    assert workflows["evaluation"] == ["evaluate", "train-folds", "train-folds-pipe", "train-folds-pipe-names"]
+    assert workflows["evaluation"] == ["realistic", "evaluate", "train-folds", "train-folds-pipe", "train-folds-pipe-names"]
     assert workflows["default-cpu"] == workflows["default"] and workflows["all"] == workflows["paper"]
 
 

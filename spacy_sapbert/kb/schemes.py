@@ -42,3 +42,20 @@ def scheme_answers(kb: KnowledgeBase, scheme: Sequence[str] = MEDIC_SCHEME, max_
             if not level:
                 break
     return answers
+
+
+def index_answers(index, patterns: Sequence[str]) -> Dict[str, List[str]]:
+    """`scheme_answers` of a loaded index's KB, kept in the cache under the index's state key
+    (a few hundred kB for the bundled index), so that a later load reads them without the KB."""
+    import json
+
+    from ..cache import cache_dir, replace_file
+
+    key = index.state_key("answers", list(patterns))
+    path = cache_dir() / f"answers-{key}.json" if key else None
+    if path is not None and path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    answers = scheme_answers(index.kb, patterns)
+    if path is not None:
+        replace_file(path, lambda target: target.write_text(json.dumps(answers), encoding="utf-8"))
+    return answers

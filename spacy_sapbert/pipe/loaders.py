@@ -123,8 +123,13 @@ class IndexLoader:
     scheme: str = "auto"
 
     def answer_patterns(self, meta: dict) -> List[str]:
-        """The id patterns of the answers' scheme, for an index with this `meta`."""
+        """The id patterns of the answers' scheme, for the loaded index whose meta is `meta`
+        (for the bundled index, what its shipped meta.json records)."""
         if self.scheme == "auto":
+            from ..assets import bundled_index_meta
+
+            if str(self.index) in (DEFAULT, DEFAULT_EXACT):
+                meta = bundled_index_meta() or {}
             return list(meta.get("answer_scheme", []))
         return [p.strip() for p in self.scheme.split(",") if p.strip()]
 

@@ -170,10 +170,18 @@ def index_kb(index: str) -> Tuple[KnowledgeBase, Dict[str, List[str]]]:
                             f"{KB_FILE}.")
 
 
-def write_names(rows: List[Row], path: Path) -> Path:
-    """Write a names table (kb.formats.read_names reads it back)."""
+def write_names(rows: List[Row], path: Path, header: str = "") -> Path:
+    """Write a names table (kb.formats.read_names reads it back), gzipped when `path` ends in
+    .gz (with a fixed timestamp, so the same rows give the same bytes); `header`: comment lines."""
+    import gzip
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join("\t".join(row) + "\n" for row in rows), encoding="utf-8")
+    text = "".join(f"# {line}\n" for line in header.splitlines()) + "".join("\t".join(row) + "\n" for row in rows)
+    if path.suffix == ".gz":
+        with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as out:
+            out.write(text.encode("utf-8"))
+    else:
+        path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -184,9 +192,14 @@ def main(
     output: Path = typer.Option(..., help="The table to write (keep it out of git: it holds corpus mentions)"),
     index: str = typer.Option("mesh", help="The index whose concepts the ids must be: default (the bundled one), a "
                               "knowledge base by name (mesh, mondo, ...), or an index directory"),
-    split: str = typer.Option("train", help="train, dev, or train-fold (the documents outside --fold)"),
+    split: str = typer.Option("train", help="train, dev, both (train,dev), or train-fold (the documents outside --fold)"),
     fold: int = typer.Option(0, help="With --split train-fold: the fold whose documents are left out"),
     data_dir: Path = typer.Option(Path("../shared/data"), help="Folder laid out as ../shared/data"),
+    min_count: int = typer.Option(1, help="Mentions a name must give a concept before the table gives it"),
+    short_forms: bool = typer.Option(True, "--short-forms/--no-short-forms", help="Keep names that read as short forms"),
+    ambiguous: str = typer.Option("keep", help="A name given several concepts: keep (all, most mentions first), "
+                                  "majority, or drop"),
+    header: str = typer.Option("", help="Comment lines to write first (what the table was made from)"),
 ) -> None:
     """Write the names a corpus's mentions give their concepts as a names table."""
     chosen = [d.strip() for d in datasets.split(",") if d.strip()]
@@ -199,15 +212,17 @@ def main(
         kb, types = index_kb(index)
         mentions: List[ds.Mention] = [m for path in pubtator for m in ds.read_pubtator(path).mentions]
         for dataset in chosen:
-            if split == TRAIN_FOLD:
-                mentions += train_fold(ds.load_pubtator_split(dataset, "train", data_dir), fold)[1]
-            else:
-                mentions += ds.load_pubtator_split(dataset, split, data_dir).mentions
+            for part in [p.strip() for p in split.split(",") if p.strip()]:
+                if part == TRAIN_FOLD:
+                    mentions += train_fold(ds.load_pubtator_split(dataset, "train", data_dir), fold)[1]
+                else:
+                    mentions += ds.load_pubtator_split(dataset, part, data_dir).mentions
+        rules = TableRules(min_count=min_count, short_forms=short_forms, ambiguous=ambiguous)
     except (ValueError, FileNotFoundError) as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(1)
-    rows, counts = corpus_names(mentions, kb.resolve_id, older_ids(kb, types))
-    write_names(rows, output)
+    rows, counts = corpus_names(mentions, kb.resolve_id, older_ids(kb, types), rules)
+    write_names(rows, output, header.replace("\\n", "\n"))
     typer.echo(f"{output}: {len(rows):,} names from {counts['used']:,} mentions, {counts['older ids']:,} of them by "
                f"an older id of a concept of the index (left out: {counts['composite']:,} composite, "
                f"{counts['not in the index']:,} of concepts the {index} index lacks)")

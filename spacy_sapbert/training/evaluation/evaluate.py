@@ -301,11 +301,17 @@ def evaluate_command(
     names: Optional[Path] = typer.Option(None, "--names", help="--end-to-end: a names table the linker adds to its index's "
                                          "names (index.names; python -m spacy_sapbert.training.data.names writes one from a corpus); gold ids are read "
                                          "through its older ids too."),
+    shipped_names: bool = typer.Option(True, "--shipped-names/--no-shipped-names", help="--end-to-end: read the "
+                                       "names table the index ships (index.shipped_names); the bundled one holds "
+                                       "NCBI-disease's and BC5CDR's train and dev names, so leave it out to score dev."),
+    scheme: str = typer.Option("auto", "--scheme", help="--end-to-end: the ids answers are given in (index.scheme): "
+                               "auto (what the index records), '' (each concept's own), or id patterns, comma-separated."),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     if end_to_end:
         _end_to_end_command(dataset.value, split.value, data_dir, model, precision,
-                            _scoring(sparse_weight, marginal_tau), output, index, gold_spans, fold, names)
+                            _scoring(sparse_weight, marginal_tau), output, index, gold_spans, fold, names,
+                            {"shipped_names": shipped_names, "scheme": scheme})
         return
     settings = dict(system=system.value, protocol=protocol.value, data_dir=data_dir, model=model, precision=precision,
                     index_type=index_type, training_precedence=training_precedence, sparse_weight=sparse_weight,
@@ -331,7 +337,7 @@ def _linking_command(dataset: str, split: str, fold: int, settings: dict, output
 
 def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, precision: str,
                         config: dict, output: Optional[Path], index: str = "default", gold_spans: bool = False,
-                        fold: int = 0, names: Optional[Path] = None) -> None:
+                        fold: int = 0, names: Optional[Path] = None, index_config: Optional[dict] = None) -> None:
     from spacy_sapbert.pipe.bundled import demo_pipeline
 
     from .end_to_end import LABELS, corpus_of, evaluate_end_to_end, evaluate_gold_spans
@@ -345,10 +351,11 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
         raise typer.Exit(1)
     try:
         nlp = demo_pipeline(model=model, index=index, linker_config=config, encoder_config={"precision": precision},
-                            names=str(names) if names is not None else None)
+                            names=str(names) if names is not None else None, index_config=index_config)
         evaluate = evaluate_gold_spans if gold_spans else evaluate_end_to_end
         shown = f"{TRAIN_FOLD}{fold}" if split == TRAIN_FOLD else split
         metrics = {"model": model, "precision": precision, "index": index, "names": str(names) if names else None,
+                   **(index_config or {}),
                    **evaluate(nlp, split, data_dir, fold=fold, corpus=corpus_of(dataset)), "split": shown}
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err))

@@ -12,7 +12,6 @@ import numpy as np
 
 from spacy_sapbert.cache import cache_dir
 from spacy_sapbert.kb.concepts import KnowledgeBase, name_key
-from spacy_sapbert.ranking.concepts import search_concepts
 
 from ..data.embeddings import EmbeddingCache
 
@@ -57,8 +56,20 @@ class CharTfidf(LinkingSystem):
         self.build_seconds = time.perf_counter() - start
 
     def rank(self, texts, k=10):
-        found = search_concepts(self.index, list(texts), k, min_rows=max(8 * k, 64))
-        return [[c for c, _ in row] for row in found]
+        """Plain cosine ranking, ties in dictionary row order (a stable sort), not the pipe's
+        tie_order: a baseline takes none of the linker's rules."""
+        from spacy_sapbert.search.tfidf import QUERY_BLOCK
+
+        texts, found = list(texts), []
+        for start in range(0, len(texts), QUERY_BLOCK):
+            for row in self.index.score_rows(texts[start : start + QUERY_BLOCK]):
+                concepts: dict = {}
+                for r in np.argsort(-row, kind="stable"):
+                    if row[r] <= 0 or len(concepts) == k:
+                        break
+                    concepts.setdefault(self.index.concept_ids[self.index.row_concepts[r]])
+                found.append(list(concepts))
+        return found
 
 
 def _kb_digest(kb: KnowledgeBase) -> str:
