@@ -158,6 +158,8 @@ class CandidateGenerator:
                  older_ids: Optional[Dict[str, str]] = None, answers: Optional[Dict[str, List[str]]] = None):
         self.content_rule = content_rule
         self.answers = answers or {}
+        # An answer's position, for its type: kept only where there are answers to check.
+        self._positions = {c: i for i, c in enumerate(index.concept_ids)} if self.answers else {}
         self.names = names or {}
         self.older_ids = older_ids or {}
         self.encoder = encoder
@@ -284,15 +286,10 @@ class CandidateGenerator:
         ranked: Dict[str, float] = {}
         for concept_id, score in candidates:
             answers = [a for a in self.answers.get(concept_id, ())
-                       if not mention[1] or self.index.has_type(self._position(a), mention[1])]
+                       if not mention[1] or self.index.has_type(self._positions[a], mention[1])]
             for answer in [*answers[:1], concept_id, *answers[1:]]:
                 ranked.setdefault(answer, score)
         return list(ranked.items())[: self.settings.k]
-
-    def _position(self, concept_id: str) -> int:
-        if getattr(self, "_positions", None) is None:
-            self._positions = {c: i for i, c in enumerate(self.index.concept_ids)}
-        return self._positions[concept_id]
 
     def _added_first(self, mention: Mention, candidates: Candidates) -> Candidates:
         """`candidates` after the concepts the names table gives the mention's text, at 1.0."""

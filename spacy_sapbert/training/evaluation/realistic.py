@@ -20,6 +20,7 @@ index holds. The table's rules (TableRules) are options, so that they are chosen
 import json
 import logging
 import statistics
+from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -50,6 +51,13 @@ def table_mentions(corpus: str, setting: str, split: str, fold: int, data_dir: P
     return mentions
 
 
+@lru_cache(maxsize=None)
+def table_source(index: str):
+    """The index's KB and its older-id reader (names.older_ids), read once for every table."""
+    kb, types = index_kb(index)
+    return kb, older_ids(kb, types)
+
+
 def measure(corpus: str, setting: str, split: str, fold: int, data_dir: Path, model: str, index: str,
             rules: TableRules, tables: Path, scheme: str = "auto") -> Dict[str, dict]:
     """The pipe's gold-span Acc@1 per label on `corpus`'s `split` (fold) with `setting`'s table."""
@@ -58,8 +66,8 @@ def measure(corpus: str, setting: str, split: str, fold: int, data_dir: Path, mo
     mentions = table_mentions(corpus, setting, split, fold, data_dir)
     names = None
     if mentions:
-        kb, types = index_kb(index)
-        rows, _ = corpus_names(mentions, kb.resolve_id, older_ids(kb, types), rules)
+        kb, current = table_source(index)
+        rows, _ = corpus_names(mentions, kb.resolve_id, current, rules)
         names = str(write_names(rows, tables / f"{corpus}-{split}{fold if split == TRAIN_FOLD else ''}-{setting}.tsv"))
     nlp = demo_pipeline(model=model, index=index, names=names, index_config={"shipped_names": False, "scheme": scheme})
     return evaluate_gold_spans(nlp, split, data_dir, fold=fold, corpus=corpus)
