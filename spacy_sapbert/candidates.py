@@ -183,7 +183,7 @@ class CandidateGenerator:
         if patterns:
             from .kb.schemes import index_answers
 
-            answers = index_answers(index, patterns)
+            answers = index_answers(getattr(index, "main", index), patterns)
         model_path = getattr(encoder, "path", None) or encoder_loader.model_path()
         return cls(encoder, index, settings, scoring, recorded=read_scoring(model_path), names=names, older_ids=older,
                    answers=answers)
@@ -210,7 +210,9 @@ class CandidateGenerator:
             from .cache import cache_dir
             from .ranking.hybrid import HybridRescorer
 
-            self._rescorer = HybridRescorer.for_index(self.index, weight, cache=cache_dir())
+            fitted, more_names = self.index.hybrid_names() if hasattr(self.index, "hybrid_names") else (self.index, None)
+            self._rescorer = HybridRescorer.for_index(fitted, weight, cache=cache_dir())
+            self._rescorer.more_names = more_names
         self._rescorer.weight = weight
         return self._rescorer
 
@@ -302,7 +304,7 @@ class CandidateGenerator:
     def resolve_id(self, concept_id: str) -> Optional[str]:
         """The index's id for `concept_id`: its own, the one its KB gives an alternative id, or
         the one the names table gives an older id; None where none holds it."""
-        return self.index.kb.resolve_id(concept_id) or self.older_ids.get(concept_id)
+        return self.index.resolve_id(concept_id) or self.older_ids.get(concept_id)
 
     def holds_name(self, text: str, types: Tuple[str, ...] = ()) -> bool:
         """Whether `text` (ignoring case, spacing and punctuation) is the name of a row of a
@@ -358,7 +360,7 @@ def read_added_names(path, index, shown: Optional[str] = None) -> Tuple[Dict[str
 
     def find(concept_id: str) -> Optional[int]:
         found = position.get(concept_id)
-        return position.get(index.kb.resolve_id(concept_id) or "") if found is None else found
+        return position.get(index.resolve_id(concept_id) or "") if found is None else found
 
     def fail(line_no: int, concept_id: str, held: bool = False, older: bool = False) -> KBFormatError:
         where = f"the index {shown or index.meta.get('kb_name', '')!r}"

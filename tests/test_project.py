@@ -17,7 +17,7 @@ from spacy_sapbert.encoders.settings import read_settings
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = ("default", "paper", "seeds", "evaluation")  # spaCy forbids a workflow named `evaluate`
 CPU_RECIPE = ["keys", "pretrain-cpu", "finetune-cpu", "evaluate-cpu", "package-default", "fast-cpu",
-              "linking-kb", "bundle-index", "names-table", "ner"]
+              "linking-kb", "bundle-index", "bundle-chemicals", "names-table", "ner"]
 
 
 def project_config():

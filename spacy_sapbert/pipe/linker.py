@@ -398,7 +398,7 @@ class SapBERTLinker(Pipe):
             check_label_types(self.label_types, "sapbert_linker's label_types")
         index = self.generator.index
         for label, prefixes in self._label_types().items():
-            if prefixes and index._selector(prefixes)[1] == 0:
+            if prefixes and index.allowed_rows(prefixes) == 0:
                 raise ConceptIndexError(
                     f"label_types maps {label!r} to types {list(prefixes)}, but no concept in the index "
                     f"{index.meta.get('kb_name')!r} has such a type; fix label_types or set it to {{}} to "
@@ -550,7 +550,8 @@ class SapBERTLinker(Pipe):
             self.encoder_loader, pooling=cfg.get("pooling", self.encoder_loader.pooling),
             precision=cfg.get("precision", self.encoder_loader.precision))
         names = str(path / cfg["names"]) if cfg.get("names") else None
-        self.index_loader = IndexLoader(str(path / INDEX_DIR), names=names)
+        # The saved index and names, with the pipe's other index settings (shipped_names, scheme, supplement).
+        self.index_loader = dataclasses.replace(self.index_loader, index=str(path / INDEX_DIR), names=names)
         self._load(model=path / MODEL_DIR, graph_over=path / INDEX_DIR if cfg.get("index_graph_over_codes") else None)
         return self
 

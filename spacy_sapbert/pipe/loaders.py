@@ -112,6 +112,10 @@ class IndexLoader:
     holds the names the public annotations of NCBI-disease and BC5CDR give their concepts,
     "toxicity" as drug-related side effects), after `names`. False: the ontology's names alone.
 
+    supplement: search the index's supplement too, where its folder has one (search.supplement;
+    the bundled index's: MeSH's supplementary chemical concepts and drug brand names, 538k names
+    as compact codes). False: the index alone.
+
     scheme: the ids answers are given in (kb.schemes): "auto" (what the index records: the
     bundled index answers in MEDIC's, MeSH and OMIM, so a MONDO concept with neither answers as
     the MeSH heading above it, itself next in `kb_ents`), "" (every concept under its own id), or
@@ -121,6 +125,17 @@ class IndexLoader:
     names: Optional[str] = None
     shipped_names: bool = True
     scheme: str = "auto"
+    supplement: bool = True
+
+    def _own_folder(self) -> Optional[Path]:
+        """The folder of the index named (the bundled one's for "default"), None for a knowledge
+        base by name."""
+        from ..kb.named import is_named
+
+        index = str(self.index)
+        if is_named(index):
+            return None
+        return BUNDLED_INDEX if index in (DEFAULT, DEFAULT_EXACT) else Path(index).expanduser()
 
     def answer_patterns(self, meta: dict) -> List[str]:
         """The id patterns of the answers' scheme, for the loaded index whose meta is `meta`
@@ -135,13 +150,11 @@ class IndexLoader:
 
     def tables(self) -> List[Path]:
         """The names tables the linker reads, in order: `names`, then the index's own."""
-        from ..kb.named import is_named
         from ..search.index import NAMES_FILE
 
         tables = [Path(str(self.names)).expanduser()] if self.names is not None else []
-        index = str(self.index)
-        if self.shipped_names and not is_named(index):
-            folder = BUNDLED_INDEX if index in (DEFAULT, DEFAULT_EXACT) else Path(index).expanduser()
+        folder = self._own_folder()
+        if self.shipped_names and folder is not None:
             tables += [folder / NAMES_FILE] if (folder / NAMES_FILE).is_file() else []
         return tables
 
@@ -180,9 +193,11 @@ class IndexLoader:
         through the cached graph over its codes."""
         from ..search.index import ConceptIndex
         from ..search.resolve import graph_over_codes, resolve_index
+        from ..search.supplement import with_supplement
 
         path = graph_over_codes(graph_over, encoder) if graph_over is not None else resolve_index(str(self.index), encoder)
-        return ConceptIndex.load(path, encoder=encoder)
+        index = ConceptIndex.load(path, encoder=encoder)
+        return with_supplement(index, graph_over or self._own_folder(), encoder) if self.supplement else index
 
 
 # The loaders themselves are the registered functions: their fields are the sub-configs' keys.

@@ -98,6 +98,9 @@ class HybridRescorer:
     """
 
     rows = HYBRID_ROWS  # name rows the dense search fetches for it at least
+    # The names of rows beyond those fitted (a supplement's, search.supplement), given their
+    # row numbers: transformed with the fitted vocabulary and idf when a search hits them.
+    more_names: Optional[Callable[[np.ndarray], List[str]]] = None
 
     def __init__(self, names: Optional[Sequence[str]], weight: float, state: Optional[Path] = None):
         self.weight = float(weight)
@@ -183,12 +186,24 @@ class HybridRescorer:
         def rescore(positions: np.ndarray, rows: np.ndarray, cosines: np.ndarray) -> np.ndarray:
             """positions: the block's queries (into `texts`); rows, cosines: (n, r) hits."""
             hit = rows >= 0
-            names = self.name_vectors[np.where(hit, rows, 0).ravel()]
-            mentions = queries[np.repeat(np.asarray(positions), rows.shape[1])]
-            sparse = np.asarray(names.multiply(mentions).sum(axis=1), dtype=np.float32).reshape(rows.shape)
+            flat = np.where(hit, rows, 0).ravel()
+            mentions = np.repeat(np.asarray(positions), rows.shape[1])
+            fitted = flat < self.name_vectors.shape[0]
+            if fitted.all():
+                sparse = _products(self.name_vectors[flat], queries[mentions])
+            else:  # rows beyond the fitted names (a supplement's): their names transformed now
+                sparse = np.zeros(len(flat), dtype=np.float32)
+                sparse[fitted] = _products(self.name_vectors[flat[fitted]], queries[mentions[fitted]])
+                sparse[~fitted] = _products(self.transform(self.more_names(flat[~fitted])), queries[mentions[~fitted]])
+            sparse = sparse.reshape(rows.shape)
             return np.where(hit, (cosines + self.weight * sparse) / (1 + self.weight), -np.inf).astype(np.float32)
 
         return rescore
+
+
+def _products(names: scipy.sparse.csr_matrix, mentions: scipy.sparse.csr_matrix) -> np.ndarray:
+    """Each row's tf-idf cosine of name and mention (rows paired)."""
+    return np.asarray(names.multiply(mentions).sum(axis=1), dtype=np.float32).ravel()
 
 
 def _row_sums(values: np.ndarray, starts: np.ndarray) -> np.ndarray:

@@ -1,0 +1,205 @@
+"""An index with a supplement: many more names, in a far more compact layout, searched beside it.
+
+The bundled index carries one (`supplement/` in its folder): MeSH's supplementary chemical
+concepts and the drug names MeSH lacks (538k names) as product-quantised codes in inverted lists,
+40 bytes a name against the main index's 240, with their row names and exact-name keys and
+without a KB file. A query searches both and keeps the best rows of either; the main index's
+rows, scores and hybrid state are exactly what they are without the supplement, so a mention
+whose best rows are all the main index's links as before. A concept of the main index may have
+rows in the supplement (a drug's brand names); a concept only the supplement holds comes after
+the main index's concepts.
+
+    supplemented = SupplementedIndex(ConceptIndex.load(main), ConceptIndex.load(main / SUPPLEMENT_DIR))
+"""
+import gzip
+import json
+import shutil
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..cache import file_records
+from ..kb.concepts import Concept, KnowledgeBase, name_hash
+from .index import CONCEPTS_FILE, FAISS_FILE, META_FILE, ROWS_FILE, ConceptIndex, ConceptIndexError
+
+SUPPLEMENT_DIR = "supplement"
+# The supplement's row names, one a line (utf-8, gzip with mtime 0), and their kb.name_hash keys.
+NAMES_FILE = "names.txt.gz"
+KEYS_FILE = "keys.npy"
+
+
+def save_supplement(index: ConceptIndex, path: Union[str, Path]) -> Path:
+    """Write `index` as a supplement: its codes, rows, concepts (ids and types), row names and
+    their exact-name keys, and no KB (SupplementedIndex.kb makes its concepts from the names)."""
+    path = Path(path)
+    names = index.row_names()
+    if any("\n" in name or "\r" in name for name in names):
+        raise ConceptIndexError("A name of the supplement holds a line break; clean the KB's names first.")
+    path.mkdir(parents=True, exist_ok=True)
+    import faiss
+
+    faiss.write_index(index.index, str(path / FAISS_FILE))
+    np.save(path / ROWS_FILE, index.row_concepts)
+    concepts = {"concept_ids": index.concept_ids,
+                "types": [list(index.concept_types(i)) for i in range(len(index.concept_ids))]}
+    (path / CONCEPTS_FILE).write_text(json.dumps(concepts, ensure_ascii=False, separators=(",", ":")) + "\n",
+                                      encoding="utf-8")
+    with open(path / NAMES_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+        out.write("\n".join(names).encode("utf-8"))
+    np.save(path / KEYS_FILE, np.array([name_hash(name) for name in names], dtype=np.uint64))
+    meta = {key: value for key, value in index.meta.items() if key != "files"}
+    meta["files"] = file_records(path, [FAISS_FILE, ROWS_FILE, CONCEPTS_FILE, NAMES_FILE, KEYS_FILE])
+    (path / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+class RowNames:
+    """A supplement's row names as one utf-8 buffer and offsets (15 MB for 538k names, where a
+    list of str took 60 MB), each decoded when asked."""
+
+    def __init__(self, path: Path):
+        with gzip.open(path, "rb") as stored:
+            self._data = stored.read()
+        breaks = np.flatnonzero(np.frombuffer(self._data, dtype=np.uint8) == ord("\n"))
+        self._starts = np.concatenate([[0], breaks + 1]).astype(np.int64)
+        self._ends = np.concatenate([breaks, [len(self._data)]]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, row: int) -> str:
+        return self._data[self._starts[row]:self._ends[row]].decode("utf-8")
+
+    def take(self, rows: Sequence[int]) -> List[str]:
+        return [self[int(r)] for r in rows]
+
+
+class SupplementedIndex:
+    """A ConceptIndex (`main`) searched together with a supplement (`supplement`, loaded from
+    a folder save_supplement wrote, built with the same model): what ranking and the candidate
+    generator ask of an index, over both. Rows: the main index's, then the supplement's;
+    concepts: the main index's, then those only the supplement holds."""
+
+    def __init__(self, main: ConceptIndex, supplement: ConceptIndex):
+        if supplement.fingerprint != main.fingerprint:
+            raise ConceptIndexError(f"The supplement at {supplement.path} was built with another model "
+                                    f"(fingerprint {supplement.fingerprint}) than its index ({main.fingerprint}); "
+                                    "rebuild it.")
+        self.main, self.supplement = main, supplement
+        self.names = RowNames(supplement.path / NAMES_FILE)
+        self._keys = np.load(supplement.path / KEYS_FILE)
+        if not len(self.names) == len(self._keys) == len(supplement):
+            raise ConceptIndexError(f"{supplement.path}: its names, keys and rows disagree; rebuild the supplement.")
+        own = {concept_id: i for i, concept_id in enumerate(main.concept_ids)}
+        new = [i for i, concept_id in enumerate(supplement.concept_ids) if concept_id not in own]
+        self._n_main = len(main.concept_ids)
+        # Each supplement concept's position among the concepts of both.
+        position = np.array([own.get(c, -1) for c in supplement.concept_ids], dtype=np.int64)
+        position[new] = self._n_main + np.arange(len(new))
+        self._new = np.asarray(new, dtype=np.int64)  # supplement positions of the concepts only it holds
+        self.concept_ids: List[str] = list(main.concept_ids) + [supplement.concept_ids[i] for i in new]
+        self._added_positions = {self.concept_ids[p]: p for p in range(self._n_main, len(self.concept_ids))}
+        self.row_concepts = np.concatenate([main.row_concepts, position[supplement.row_concepts]]).astype(np.int32)
+        self.meta = main.meta
+        self.path = main.path
+        self.index = main.index
+        self._kb: Optional[KnowledgeBase] = None
+
+    # What the linker asks of any index.
+    @property
+    def fingerprint(self) -> str:
+        return self.main.fingerprint
+
+    def check_encoder(self, encoder, where: str = "this index") -> None:
+        self.main.check_encoder(encoder, where)
+
+    def __len__(self) -> int:
+        return len(self.main) + len(self.supplement)
+
+    def concept_types(self, position: int) -> Tuple[str, ...]:
+        if position < self._n_main:
+            return self.main.concept_types(position)
+        return self.supplement.concept_types(int(self._new[position - self._n_main]))
+
+    def has_type(self, position: int, prefixes: Sequence[str]) -> bool:
+        prefixes = tuple(prefixes)
+        return any(t.startswith(prefixes) for t in self.concept_types(position))
+
+    def allowed_rows(self, type_prefixes: Optional[Sequence[str]] = None) -> int:
+        return self.main.allowed_rows(type_prefixes) + self.supplement.allowed_rows(type_prefixes)
+
+    def search_rows(self, vectors: np.ndarray, n_rows: int,
+                    type_prefixes: Optional[Sequence[str]] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """The best `n_rows` rows of both (ConceptIndex.search_rows), the main index's first
+        among equal scores; the supplement is not searched where none of its rows may answer."""
+        scores, rows = self.main.search_rows(vectors, n_rows, type_prefixes)
+        if not self.supplement.allowed_rows(type_prefixes):
+            return scores, rows
+        more_scores, more_rows = self.supplement.search_rows(vectors, n_rows, type_prefixes)
+        more_rows = np.where(more_rows >= 0, more_rows + len(self.main), -1)
+        both_rows = np.concatenate([rows, more_rows], axis=1)
+        both = np.concatenate([scores, more_scores], axis=1)
+        both = np.where(both_rows >= 0, both, -np.inf).astype(np.float32)
+        order = np.argsort(-both, axis=1, kind="stable")[:, :n_rows]
+        kept_rows = np.take_along_axis(both_rows, order, axis=1)
+        kept = np.take_along_axis(both, order, axis=1)
+        return np.where(kept_rows >= 0, kept, scores.dtype.type(-np.finfo(np.float32).max)), kept_rows
+
+    def row_keys(self) -> np.ndarray:
+        if getattr(self, "_row_keys", None) is None:
+            self._row_keys = np.concatenate([self.main.row_keys(), self._keys])
+        return self._row_keys
+
+    rows_named = ConceptIndex.rows_named
+
+    def row_names(self) -> List[str]:
+        return self.main.row_names() + self.names.take(range(len(self.names)))
+
+    def set_ef_search(self, ef_search: int) -> None:
+        self.main.set_ef_search(ef_search)
+
+    def state_key(self, *parts) -> Optional[str]:
+        """The main index's key, for state derived from its rows alone (answers, hybrid state)."""
+        return self.main.state_key(*parts)
+
+    @property
+    def kb(self) -> KnowledgeBase:
+        """The main index's KB with the concepts only the supplement holds, each named by its
+        rows (its first name canonical): read and made when first asked for."""
+        if self._kb is None:
+            concepts: Dict[int, List[str]] = {}
+            offset = len(self.main)
+            for row in np.flatnonzero(self.row_concepts[offset:] >= self._n_main):
+                concepts.setdefault(int(self.row_concepts[offset + row]), []).append(self.names[int(row)])
+            added = (Concept(self.concept_ids[p], names[0], names[1:], list(self.concept_types(p)))
+                     for p, names in sorted(concepts.items()))
+            kb = KnowledgeBase([*self.main.kb, *added], name=self.main.kb.name)
+            kb.version = self.main.kb.version
+            self._kb = kb
+        return self._kb
+
+    def resolve_id(self, concept_id: str) -> Optional[str]:
+        """ConceptIndex.resolve_id, then the ids only the supplement holds (it keeps no other ids)."""
+        return self.main.resolve_id(concept_id) or (concept_id if concept_id in self._added_positions else None)
+
+    def hybrid_names(self) -> Tuple[ConceptIndex, Callable[[np.ndarray], List[str]]]:
+        """For the hybrid score: the index whose names fit the tf-idf (the main one), and the
+        names of supplement rows (numbered after the main index's), transformed when hit."""
+        return self.main, lambda rows: self.names.take(np.asarray(rows) - len(self.main))
+
+    def save(self, path: Union[str, Path], compress_kb: bool = False, graph: bool = False) -> Path:
+        path = self.main.save(path, compress_kb=compress_kb, graph=graph)
+        shutil.copytree(self.supplement.path, Path(path) / SUPPLEMENT_DIR, dirs_exist_ok=True)
+        return path
+
+    def __repr__(self) -> str:
+        return f"SupplementedIndex({self.main!r}, {len(self.supplement)} more names)"
+
+
+def with_supplement(index: ConceptIndex, folder: Optional[Path], encoder=None):
+    """`index` with the supplement `folder` holds (a SupplementedIndex), or `index` itself
+    when `folder` is None or holds none."""
+    if folder is None or not (Path(folder) / SUPPLEMENT_DIR / META_FILE).is_file():
+        return index
+    return SupplementedIndex(index, ConceptIndex.load(Path(folder) / SUPPLEMENT_DIR, encoder=encoder))

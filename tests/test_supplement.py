@@ -1,0 +1,137 @@
+"""An index with a supplement (search.supplement): more names in a compact layout, searched
+beside the index, leaving the index's own links as they were."""
+import json
+
+import numpy as np
+import pytest
+
+from conftest import TINY_CONCEPTS, demo_linker
+
+ASPIRIN = "D001241"
+
+
+@pytest.fixture(scope="module")
+def supplemented_dir(tiny_encoder, tmp_path_factory):
+    """The tiny index without aspirin, and a supplement holding aspirin and a brand name of
+    metformin (a concept of the index)."""
+    from spacy_sapbert.assets import MESH_LABEL_TYPES
+    from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+    from spacy_sapbert.search.index import ConceptIndex
+    from spacy_sapbert.search.supplement import SUPPLEMENT_DIR, save_supplement
+
+    main_kb = KnowledgeBase([Concept(**c) for c in TINY_CONCEPTS if c["concept_id"] != ASPIRIN], name="tiny")
+    aspirin = next(c for c in TINY_CONCEPTS if c["concept_id"] == ASPIRIN)
+    extra = KnowledgeBase([Concept(**aspirin), Concept("D008687", "riomet", [], ["D02.078.370.141.450"])],
+                          name="tiny-supplement")
+    folder = tmp_path_factory.mktemp("supplemented")
+    main = ConceptIndex.build(main_kb, tiny_encoder)
+    main.meta["label_types"] = MESH_LABEL_TYPES
+    main.save(folder)
+    supplement = ConceptIndex.build(extra, tiny_encoder)
+    supplement.meta["label_types"] = MESH_LABEL_TYPES
+    save_supplement(supplement, folder / SUPPLEMENT_DIR)
+    return folder
+
+
+def test_the_supplement_adds_concepts_and_names(tiny_model, supplemented_dir):
+    from spacy_sapbert.search.supplement import SupplementedIndex
+
+    nlp, pipe = demo_linker(tiny_model, supplemented_dir, k=3, max_entities_per_mention=3)
+    index = pipe.generator.index
+    assert isinstance(index, SupplementedIndex)
+    assert index.concept_ids[-1] == ASPIRIN and len(index.concept_ids) == len(TINY_CONCEPTS)
+    # Exact names are found in the supplement (the concept only it holds, and a brand name).
+    assert pipe.generator.ranked([("acetylsalicylic acid", ("D",))])[0][0] == (ASPIRIN, 1.0)
+    assert pipe.generator.ranked([("Riomet", ("D",))])[0][0] == ("D008687", 1.0)
+    # A Disease mention never searches it: only chemicals are there.
+    assert ASPIRIN not in [c for c, _ in pipe.generator.ranked([("aspirin", ("C",))])[0]]
+    # Its concepts are in the pipe's KB, named by their rows; their ids resolve.
+    assert pipe.kb.cui_to_entity[ASPIRIN].canonical_name == "Aspirin"
+    assert pipe.resolve_id(ASPIRIN) == ASPIRIN
+
+
+def test_links_the_index_holds_are_unchanged(tiny_model, supplemented_dir):
+    """Mentions whose rows are all the index's own link as without the supplement."""
+    with_it = demo_linker(tiny_model, supplemented_dir, k=5)[0]
+    without = demo_linker(tiny_model, supplemented_dir, k=5, index={"index": str(supplemented_dir),
+                                                                    "supplement": False})[0]
+    text = "Acute renal failure and lactic acidosis in type 2 diabetes."
+    assert [e._.kb_ents for e in with_it(text).ents] == [e._.kb_ents for e in without(text).ents]
+    assert ASPIRIN not in without.get_pipe("sapbert_linker").generator.index.concept_ids
+
+
+def test_the_hybrid_score_names_the_supplement_s_rows(tiny_model, supplemented_dir):
+    """The hybrid score transforms a supplement row's name when a search hits it, with the
+    index's own vocabulary and idf; the index's rows keep their fitted vectors."""
+    _, pipe = demo_linker(tiny_model, supplemented_dir, scoring={"sparse_weight": 0.5})
+    index, hybrid = pipe.generator.index, pipe.generator.hybrid
+    rescore = hybrid.for_texts(["acetylsalicylic acid", "metformin"])
+    rows = np.array([[len(index.main) + 1, 0], [0, -1]])  # "acetylsalicylic acid" in the supplement
+    scores = rescore(np.array([0, 1]), rows, np.zeros((2, 2), dtype=np.float32))
+    assert scores[0, 0] == pytest.approx(0.5 / 1.5) and scores[1, 1] == -np.inf
+    assert hybrid.name_vectors.shape[0] == len(index.main)
+
+
+def test_search_merges_both_best_first(tiny_model, supplemented_dir):
+    _, pipe = demo_linker(tiny_model, supplemented_dir)
+    index = pipe.generator.index
+    vectors = pipe.generator.encoder.encode(["aspirin", "metformin"])
+    scores, rows = index.search_rows(vectors, 4)
+    assert np.all(np.diff(scores, axis=1) <= 0)
+    assert (rows >= len(index.main)).any() and rows.max() < len(index)
+    assert index.allowed_rows(("D",)) == index.main.allowed_rows(("D",)) + 3
+
+
+def test_a_saved_pipeline_keeps_the_supplement(tiny_model, supplemented_dir, tmp_path):
+    import spacy
+
+    nlp, _ = demo_linker(tiny_model, supplemented_dir)
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline").get_pipe("sapbert_linker")
+    assert loaded.generator.index.concept_ids[-1] == ASPIRIN
+
+
+def test_the_supplement_records_its_files(supplemented_dir):
+    from spacy_sapbert.search.index import verify_files
+
+    folder = supplemented_dir / "supplement"
+    meta = json.loads((folder / "meta.json").read_text())
+    assert set(meta["files"]) == {"index.faiss", "rows.npy", "concepts.json", "names.txt.gz", "keys.npy"}
+    assert verify_files(folder, meta) is None
+
+
+def test_pack_writes_a_compact_supplement(tiny_index_dir, tiny_model, tmp_path, caplog):
+    """The project's `pack` turns a flat index into a supplement of product-quantised codes in
+    inverted lists, which an index then searches."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from spacy_sapbert.training.data.chemicals import app
+
+    main = tmp_path / "main"
+    shutil.copytree(tiny_index_dir, main)
+    result = CliRunner().invoke(app, ["pack", str(tiny_index_dir), str(main / "supplement"), "--dim", "16",
+                                      "--pq-bytes", "8", "--nprobe", "1"])
+    assert result.exit_code == 0, result.output
+    meta = json.loads((main / "supplement" / "meta.json").read_text())
+    assert meta["index_type"] == "ivfpq" and meta["pq_bytes"] == 8 and meta["projected_dim"] == 16
+    _, pipe = demo_linker(tiny_model, main)
+    assert len(pipe.generator.index) == 2 * meta["n_names"]
+    assert pipe.generator.ranked([("metformin", ("D",))])[0][0][0] == "D008687"
+
+
+def test_the_chemicals_kb_adds_what_the_index_lacks(monkeypatch):
+    from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+    from spacy_sapbert.training.data import chemicals
+
+    linking = KnowledgeBase([Concept("D008687", "Metformin", ["glucophage"], ["D02.078"]),
+                             Concept("D003920", "Diabetes Mellitus", [], ["C18.452"])])
+    supplementary = KnowledgeBase([Concept("C000001", "aspirin-X", [], ["D02.241"]),
+                                   Concept("C000002", "some syndrome", [], ["C10.1"]),
+                                   Concept("D008687", "Metformin", [], ["D02.078"])])
+    monkeypatch.setattr(chemicals, "drug_name_variants", lambda: {
+        "metformin": ["Glucophage", "Riomet"], "aspirin-X": ["Ecotrin-X"], "unknown": ["nothing"]})
+    kb = chemicals.chemicals_kb(linking, supplementary)
+    assert [(c.concept_id, c.names) for c in kb] == [("C000001", ["aspirin-X", "Ecotrin-X"]),
+                                                     ("D008687", ["Riomet"])]
