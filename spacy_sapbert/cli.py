@@ -139,6 +139,14 @@ def build_index(
         msg.info(f"{kb}: {len(knowledge_base)} concepts, {knowledge_base.n_names} names")
         encoder = load_encoder(resolve_model(model), precision.value, pooling=pooling, max_length=max_length,
                                device=device, batch_size=batch_size)
+        if getattr(encoder, "teacher_model", None):
+            # A query encoder trained against frozen keys searches its teacher's vectors: names
+            # are embedded by the teacher, as the bundled index's are (the default model's: base).
+            from .encoders.loading import exact_encoder
+
+            encoder = exact_encoder(encoder)
+            encoder.batch_size = batch_size
+            msg.info(f"{model} searches the vectors of its teacher, {encoder.name_or_path}, which embeds the names")
         work = work_dir or output.with_name(output.name + ".partial")
         if (work / "progress.json").exists():
             msg.info(f"Resuming the build whose vectors are in {work}")

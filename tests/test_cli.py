@@ -224,3 +224,36 @@ def test_an_unusable_cache_folder_is_one_sentence_not_a_traceback(tmp_path, monk
     result = runner.invoke(app, ["link", "lactic acidosis"])
     assert result.exit_code == 1 and "cannot be used as a cache folder" in said(result)
     assert isinstance(result.exception, SystemExit)  # said and exited, no traceback
+
+
+def test_build_index_embeds_a_student_s_names_with_its_teacher(tiny_model, tiny_kb_file, tmp_path):
+    """A query encoder trained against frozen keys (the default model) searches its teacher's
+    vectors, so build-index embeds the names with the teacher, as the bundled index's are."""
+    import shutil
+
+    import numpy as np
+    import torch
+
+    from spacy_sapbert.encoders.transformer import TorchEncoder
+    from spacy_sapbert.search.index import ConceptIndex
+
+    teacher = TorchEncoder(tiny_model)
+    student = tmp_path / "student"
+    shutil.copytree(tiny_model, student)
+    from transformers import BertModel
+
+    model = BertModel.from_pretrained(student)
+    with torch.no_grad():
+        for parameter in model.encoder.parameters():
+            parameter.add_(0.05)
+    model.save_pretrained(student)
+    (student / "sapbert_teacher.json").write_text(json.dumps({"teacher": str(tiny_model),
+                                                              "fingerprint": teacher.fingerprint}))
+    result = runner.invoke(app, ["build-index", "--kb", str(tiny_kb_file), "--model", str(student),
+                                 "--output", str(tmp_path / "index")])
+    assert result.exit_code == 0, result.output
+    index = ConceptIndex.load(tmp_path / "index")
+    names = index.row_names()
+    stored = index.index.reconstruct_n(0, len(names))
+    assert np.allclose(stored, teacher.encode(names), atol=1e-5)
+    assert not np.allclose(stored, TorchEncoder(student).encode(names), atol=1e-3)
