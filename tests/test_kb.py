@@ -572,3 +572,12 @@ def test_classic_obo_without_pronto_names_the_extra(tmp_path, monkeypatch):
     path.write_text(CLASSIC_OBO)
     with pytest.raises(KBFormatError, match=r"is classic OBO text, which is read with pronto; .*spacy-sapbert\[obo\]"):
         load_kb(path, "obo")
+
+
+def test_a_concept_unpacks_like_scispacy_s_entity():
+    from spacy_sapbert.kb.concepts import Concept
+
+    concept = Concept("D008687", "Metformin", ["glucophage"], ["D02.078"], "A biguanide.", alt_ids=["X"])
+    cui, name, aliases, types, definition = concept
+    assert (cui, name, aliases, types, definition) == ("D008687", "Metformin", ["glucophage"], ["D02.078"],
+                                                       "A biguanide.")

@@ -693,3 +693,48 @@ def test_a_malformed_names_line_fails_at_add_pipe(tiny_model, tiny_index_dir, tm
 def test_a_names_table_that_is_not_there_fails_at_add_pipe(tiny_model, tiny_index_dir, tmp_path):
     with pytest.raises(ConceptIndexError, match=r"index.names '.*nowhere.tsv' is not a file"):
         _with_names(tiny_model, tiny_index_dir, tmp_path / "nowhere.tsv")
+
+
+def _quiet_or_warned(nlp, text, match):
+    """The warnings the first and the second document of `nlp` give, for `match`."""
+    import warnings
+
+    found = []
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            nlp(text)
+        found.append([str(w.message) for w in seen if match in str(w.message)])
+    return found
+
+
+def test_one_warning_when_abbreviations_cannot_be_resolved(tiny_model, tiny_index_dir):
+    """resolve_abbreviations (the default) with no detector before the linker would link
+    "NIDDM" as written without a word: one warning, for the first document only, naming the fix."""
+    config = {"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}}
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config=config)
+    first, second = _quiet_or_warned(nlp, TEXT, "abbreviation detector")
+    assert len(first) == 1 and 'add_pipe("abbreviation_detector", before="sapbert_linker")' in first[0]
+    assert second == []
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("abbreviation_detector")
+    nlp.add_pipe("sapbert_linker", config=config)
+    assert _quiet_or_warned(nlp, TEXT, "abbreviation detector") == [[], []]
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config={**config, "resolve_abbreviations": False})
+    assert _quiet_or_warned(nlp, TEXT, "abbreviation detector") == [[], []]
+
+
+def test_one_warning_for_a_missing_span_group_or_a_linker_before_the_ner(tiny_model, tiny_index_dir):
+    config = {"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
+              "resolve_abbreviations": False}
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config={**config, "spans_key": "sc"})
+    first, second = _quiet_or_warned(nlp, TEXT, "span group")
+    assert len(first) == 1 and "doc.spans['sc']" in first[0] and second == []
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config=config)
+    nlp.add_pipe("entity_ruler").add_patterns([{"label": label, "pattern": text} for label, text in DEMO_PATTERNS])
+    first, second = _quiet_or_warned(nlp, TEXT, "sets doc.ents")
+    assert len(first) == 1 and "after=\"entity_ruler\"" in first[0] and second == []

@@ -49,6 +49,11 @@ class Concept:
     xrefs: List[str] = field(default_factory=list)
     broader: List[str] = field(default_factory=list)
 
+    def __iter__(self):
+        """The five fields of scispaCy's `Entity`, so that code written for its KB unpacks a
+        concept: `cui, name, aliases, types, definition = kb.cui_to_entity[cui]`."""
+        return iter((self.concept_id, self.canonical_name, self.aliases, self.types, self.definition))
+
     @property
     def names(self) -> List[str]:
         """The canonical name followed by the aliases."""

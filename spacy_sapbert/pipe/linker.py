@@ -294,6 +294,7 @@ class SapBERTLinker(Pipe):
         self.generator: Optional[CandidateGenerator] = None
         self.nlp: Optional[Language] = None  # the pipeline it belongs to (the factory sets it)
         self._compact: Optional[Path] = None  # the compact index a searched graph was built over
+        self._checked: set = set()  # the pipeline checks done (_check_pipeline), each once
         self._stores = _register_extensions(self.cui_attr, self.score_attr, self.candidates_attr,
                                             self.attributes["nil_candidates"])
 
@@ -424,6 +425,32 @@ class SapBERTLinker(Pipe):
                 return True
         return False
 
+    def _check_pipeline(self, docs: List[Doc]) -> None:
+        """One warning for each way this pipeline would link less without a word, once per pipe:
+        abbreviations to resolve but no detector before it, a span group the documents lack, or
+        no entities because the component that sets them runs after it."""
+        checked = self._checked
+        if "abbreviations" not in checked and self.nlp is not None:
+            checked.add("abbreviations")
+            if self.resolve_abbreviations and not self._detector_runs_first():
+                warnings.warn(f"{self.name} resolves abbreviations only after an abbreviation detector, and none runs "
+                              f"before it, so \"NIDDM\" is linked as written; add nlp.add_pipe(\"abbreviation_detector\", "
+                              f"before=\"{self.name}\"), or set resolve_abbreviations to false.", UserWarning, stacklevel=4)
+        if self.spans_key and "spans_key" not in checked and any(self.spans_key not in doc.spans for doc in docs):
+            checked.add("spans_key")
+            warnings.warn(f"{self.name} links the span group doc.spans[{self.spans_key!r}] (spans_key), which a "
+                          "document lacks, so nothing is linked there; set spans_key to the group your NER fills, "
+                          "or to null to link doc.ents.", UserWarning, stacklevel=4)
+        if "order" not in checked and not self.spans_key and self.nlp is not None and docs and not any(d.ents for d in docs):
+            names = [name for name, _ in self.nlp.pipeline]
+            later = [name for name in names[names.index(self.name) + 1:] if self.name in names
+                     and "doc.ents" in self.nlp.get_pipe_meta(name).assigns]
+            if later:
+                checked.add("order")
+                warnings.warn(f"{self.name} runs before {later[0]!r}, which sets doc.ents, so it finds no entities to "
+                              f"link; add it after: nlp.add_pipe(\"{self.name}\", after=\"{later[0]}\").",
+                              UserWarning, stacklevel=4)
+
     def _mentions(self, doc: Doc) -> Tuple[List[Span], List[Optional[Mention]]]:
         """The entities to annotate (put right by the long forms where asked) and, for each, the
         mention it is linked as (text, type prefixes), or None when its label is not linked."""
@@ -452,6 +479,7 @@ class SapBERTLinker(Pipe):
         (its candidates, those of a NIL entity: what it had below the threshold), or None for an
         entity whose label is not linked; from one generator call over the batch's mentions."""
         generator = self._loaded()
+        self._check_pipeline(docs)
         wanted = [self._mentions(doc) for doc in docs]
         distinct = sorted({key for _, keys in wanted for key in keys if key is not None})
         found = {}
