@@ -1,4 +1,5 @@
 """The `spacy-sapbert` command line: build-index, link, info."""
+import importlib.util
 import json
 import logging
 import shutil
@@ -111,7 +112,7 @@ def build_index(
         None, "--label-types", help='JSON {"Disease": ["C", "F03"]} stored as the index\'s default label→type map.'
     ),
     ef_search: Optional[int] = typer.Option(None, "--ef-search", help="hnsw types: candidates kept while searching (default 256; 1024 keeps recall@10 at 0.99 for 4M names)."),
-    precision: Optional[Precision] = typer.Option(None, "--precision", help="fp32 (torch, exact; the default for a file), or int8 (ONNX Runtime: 6.6x the names/s on 2 CPU cores, no torch; the default for a named knowledge base, as the linker encodes)."),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="fp32 (torch, exact; the default for a file where torch is installed), or int8 (ONNX Runtime: 6.6x the names/s on 2 CPU cores, no torch; the default for a named knowledge base and without torch, as the linker encodes)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Where name vectors stream to disk while building (default: OUTPUT.partial); a rerun resumes there."),
     chunk_size: int = typer.Option(65_536, "--chunk-size", help="Names encoded between two resume points."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace what --output already holds."),
@@ -131,14 +132,15 @@ def build_index(
     if output is None:
         _fail(ValueError(f"--output is needed to index the file {kb}; only a knowledge base by name is indexed into "
                          "the cache."))
-    precision = precision or Precision.fp32
+    # fp32 embeds exactly, with torch; the runtime install has none, and encodes with int8 as the linker does.
+    precision = precision or (Precision.fp32 if importlib.util.find_spec("torch") else Precision.int8)
     mapping = _label_types_option(label_types, format)
     _refuse_non_empty(output, overwrite)
     try:
         knowledge_base = load_kb(kb, format.value, **_kb_options(format, supplementary, trees, mrsty, sources))
         msg.info(f"{kb}: {len(knowledge_base)} concepts, {knowledge_base.n_names} names")
-        encoder = load_encoder(resolve_model(model), precision.value, pooling=pooling, max_length=max_length,
-                               device=device, batch_size=batch_size)
+        encoder = load_encoder(resolve_model(model, precision.value), precision.value, pooling=pooling,
+                               max_length=max_length, device=device, batch_size=batch_size)
         if getattr(encoder, "teacher_model", None):
             # A query encoder trained against frozen keys searches its teacher's vectors: names
             # are embedded by the teacher, as the bundled index's are (the default model's: base).

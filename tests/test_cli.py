@@ -257,3 +257,28 @@ def test_build_index_embeds_a_student_s_names_with_its_teacher(tiny_model, tiny_
     stored = index.index.reconstruct_n(0, len(names))
     assert np.allclose(stored, teacher.encode(names), atol=1e-5)
     assert not np.allclose(stored, TorchEncoder(student).encode(names), atol=1e-3)
+
+
+def test_build_index_on_the_runtime_install_encodes_with_the_bundled_int8_export(tiny_kb_file, tmp_path,
+                                                                                 monkeypatch):
+    """The README's bring-your-own-KB command, where torch is not installed: the file KB is
+    encoded by the default model's bundled int8 export (no export, no torch), and the linker
+    searches the index it wrote."""
+    import importlib.util
+
+    from spacy_sapbert.assets import default_int8_path
+    from spacy_sapbert.search.index import ConceptIndex
+
+    if default_int8_path() is None:
+        pytest.skip("no bundled int8 export")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "torch" else find_spec(name, *args))
+    result = runner.invoke(app, ["build-index", "--kb", str(tiny_kb_file), "--format", "jsonl",
+                                 "--output", str(tmp_path / "index"), "--index-type", "hnsw-sq8"])
+    assert result.exit_code == 0, result.output
+    meta = ConceptIndex.load(tmp_path / "index").meta
+    assert meta["name_precision"] == "int8"
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    nlp.add_pipe("sapbert_linker", config={"index": {"index": str(tmp_path / "index")}, "resolve_abbreviations": False})
+    assert nlp("metformin").ents[0]._.cui == "D008687"
