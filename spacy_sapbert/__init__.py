@@ -9,7 +9,7 @@ layers, top down: `cli` → `pipe` → `candidates` → `ranking` → `search` +
 `corpus` links whole corpora through the pipe (docs/CONTRIBUTING.md). The runtime never imports
 `spacy_sapbert.training`.
 """
-import importlib
+import importlib as _importlib
 
 __version__ = "0.2.0"
 
@@ -31,4 +31,8 @@ def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+    return getattr(_importlib.import_module(f".{module}", __name__), name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -513,7 +513,17 @@ def test_a_repeated_concept_id_is_merged_with_a_warning_naming_both_lines(tmp_pa
     with caplog.at_level(logging.WARNING, logger="spacy_sapbert.kb.formats"):
         kb = read_jsonl(path)
     assert kb.cui_to_entity["X:1"].names == ["fever", "pyrexia"]
-    assert "kb.jsonl:3: concept_id 'X:1' is already given on line 1; its names are merged" in caplog.text
+    assert "kb.jsonl: 1 line repeats a concept_id given before (line 3: 'X:1', given on line 1); their names are merged" in caplog.text
+
+
+def test_many_repeated_ids_give_one_warning_with_the_first_few(tmp_path, caplog):
+    path = tmp_path / "kb.jsonl"
+    path.write_text("".join(f'{{"concept_id": "X:{i % 2}", "canonical_name": "name {i}"}}\n' for i in range(400)))
+    with caplog.at_level(logging.WARNING, logger="spacy_sapbert.kb.formats"):
+        kb = read_jsonl(path)
+    assert len(kb) == 2 and len(caplog.records) == 1
+    assert "398 lines repeat a concept_id" in caplog.text and "line 3: 'X:0', given on line 1" in caplog.text
+    assert "and 395 more" in caplog.text
 
 
 def test_a_line_cut_short_is_named_so(tmp_path):
@@ -581,3 +591,10 @@ def test_a_concept_unpacks_like_scispacy_s_entity():
     cui, name, aliases, types, definition = concept
     assert (cui, name, aliases, types, definition) == ("D008687", "Metformin", ["glucophage"], ["D02.078"],
                                                        "A biguanide.")
+
+
+def test_the_package_lists_what_it_exports():
+    import spacy_sapbert
+
+    public = [name for name in dir(spacy_sapbert) if not name.startswith("_")]
+    assert public == sorted(spacy_sapbert.__all__)

@@ -166,6 +166,7 @@ def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
     list_keys = ("aliases", "types", "alt_ids", "xrefs", "broader")
     expected = 'a JSON object with string "concept_id" and "canonical_name"'
     first_line: Dict[str, int] = {}
+    repeated: List[Tuple[int, str, int]] = []  # (line, concept_id, the line that gave it first)
     for line_no, line in _lines(path):
         try:
             data = json.loads(line)
@@ -194,9 +195,7 @@ def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
         if not clean_name(data["canonical_name"]) or not _is_text_list(data.get("aliases", []), non_empty=True):
             raise _error(path, line_no, 'non-empty names in "canonical_name" and "aliases"', line)
         if data["concept_id"] in first_line:
-            logger.warning("%s:%d: concept_id %r is already given on line %d; its names are merged into that "
-                           "concept (give distinct ids to keep them apart).", path, line_no, data["concept_id"],
-                           first_line[data["concept_id"]])
+            repeated.append((line_no, data["concept_id"], first_line[data["concept_id"]]))
         first_line.setdefault(data["concept_id"], line_no)
         kb.add(
             Concept(
@@ -206,6 +205,12 @@ def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
                 **{key: data.get(key, []) for key in list_keys},
             )
         )
+    if repeated:  # one warning for the file, however many lines repeat an id
+        shown = "; ".join(f"line {line_no}: {cui!r}, given on line {first}" for line_no, cui, first in repeated[:3])
+        more = f"; and {len(repeated) - 3} more" if len(repeated) > 3 else ""
+        logger.warning("%s: %d line%s repeat%s a concept_id given before (%s%s); their names are merged into that "
+                       "concept (give distinct ids to keep them apart).", path, len(repeated),
+                       "s" if len(repeated) > 1 else "", "" if len(repeated) > 1 else "s", shown, more)
     return _finish(kb, path)
 
 
