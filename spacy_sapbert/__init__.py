@@ -35,4 +35,5 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    """What the package exports (its subpackages are imported by name, as spacy_sapbert.kb)."""
+    return sorted([*_EXPORTS, "__all__", "__doc__", "__file__", "__name__", "__path__", "__version__"])
