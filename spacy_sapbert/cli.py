@@ -40,8 +40,16 @@ class Precision(str, Enum):
     fp32 = "fp32"
 
 
+# The flags a command line user typed, for the config keys the library's messages name.
+_FLAGS = {"encoder.model": "--model", "encoder.precision": "--precision", "index.index": "--index",
+          "index.names": "--names"}
+
+
 def _fail(err: Exception) -> None:
-    msg.fail(str(err))
+    text = str(err)
+    for key, flag in _FLAGS.items():
+        text = text.replace(key, flag)
+    msg.fail(text)
     raise typer.Exit(1)
 
 

@@ -282,3 +282,12 @@ def test_build_index_on_the_runtime_install_encodes_with_the_bundled_int8_export
     nlp = ruler_nlp(DEMO_PATTERNS)
     nlp.add_pipe("sapbert_linker", config={"index": {"index": str(tmp_path / "index")}, "resolve_abbreviations": False})
     assert nlp("metformin").ents[0]._.cui == "D008687"
+
+
+def test_errors_name_the_flags_typed_not_config_keys(tmp_path):
+    result = runner.invoke(app, ["link", "metformin", "--model", str(tmp_path / "nowhere")])
+    assert result.exit_code == 1
+    assert "--model" in said(result) and "encoder.model" not in said(result)
+    result = runner.invoke(app, ["link", "metformin", "--index", str(tmp_path / "nowhere")])
+    assert result.exit_code == 1
+    assert "--index" in said(result) and "index.index" not in said(result)

@@ -402,7 +402,7 @@ class SapBERTLinker(Pipe):
             if prefixes and index.allowed_rows(prefixes) == 0:
                 raise ConceptIndexError(
                     f"label_types maps {label!r} to types {list(prefixes)}, but no concept in the index "
-                    f"{index.meta.get('kb_name')!r} has such a type; fix label_types or set it to {{}} to "
+                    f"{str(self.index_loader.index)!r} has such a type; fix label_types or set it to {{}} to "
                     "search every concept."
                 )
 
