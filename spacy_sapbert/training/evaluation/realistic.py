@@ -59,7 +59,7 @@ def table_source(index: str):
 
 
 def measure(corpus: str, setting: str, split: str, fold: int, data_dir: Path, model: str, index: str,
-            rules: TableRules, tables: Path, scheme: str = "auto") -> Dict[str, dict]:
+            rules: TableRules, tables: Path, scheme: str = "auto", supplement: bool = True) -> Dict[str, dict]:
     """The pipe's gold-span Acc@1 per label on `corpus`'s `split` (fold) with `setting`'s table."""
     from spacy_sapbert.pipe.bundled import demo_pipeline
 
@@ -69,7 +69,8 @@ def measure(corpus: str, setting: str, split: str, fold: int, data_dir: Path, mo
         kb, current = table_source(index)
         rows, _ = corpus_names(mentions, kb.resolve_id, current, rules)
         names = str(write_names(rows, tables / f"{corpus}-{split}{fold if split == TRAIN_FOLD else ''}-{setting}.tsv"))
-    nlp = demo_pipeline(model=model, index=index, names=names, index_config={"shipped_names": False, "scheme": scheme})
+    nlp = demo_pipeline(model=model, index=index, names=names, index_config={"shipped_names": False, "scheme": scheme,
+                                                                                        "supplement": supplement})
     return evaluate_gold_spans(nlp, split, data_dir, fold=fold, corpus=corpus)
 
 
@@ -117,6 +118,7 @@ def main(
     short_forms: bool = typer.Option(True, "--short-forms/--no-short-forms", help="Table rule: keep short forms"),
     ambiguous: str = typer.Option("keep", help="Table rule for a name given several concepts: keep, majority, drop"),
     scheme: str = typer.Option("auto", help="The ids answers are given in (the linker's index.scheme)"),
+    supplement: bool = typer.Option(True, "--supplement/--no-supplement", help="Search the index's supplement too (index.supplement)"),
     output: Path = typer.Option(Path("metrics/realistic"), help="Folder for realistic.json and realistic.md"),
     tables: Path = typer.Option(Path("corpus/names/realistic"), help="Folder for the tables (corpus mentions: keep out of git)"),
 ) -> None:
@@ -129,16 +131,17 @@ def main(
             for corpus in chosen:
                 if split == "train-folds":
                     result: object = [measure(corpus, setting, TRAIN_FOLD, fold, data_dir, model, index, rules, tables,
-                                              scheme)
+                                              scheme, supplement)
                                       for fold in range(TRAIN_FOLDS)]
                 else:
-                    result = measure(corpus, setting, split, 0, data_dir, model, index, rules, tables, scheme)
+                    result = measure(corpus, setting, split, 0, data_dir, model, index, rules, tables, scheme, supplement)
                 runs.setdefault(f"{setting}/{split}", {})[corpus] = result
                 logger.info("%s %s %s done", setting, split, corpus)
     summary = summarise(runs)
     output.mkdir(parents=True, exist_ok=True)
-    (output / "realistic.json").write_text(json.dumps({"rules": rules.__dict__, "model": model, "index": index, "scheme": scheme,
-                                                       "summary": summary, "runs": runs}, indent=2) + "\n")
+    (output / "realistic.json").write_text(json.dumps({
+        "rules": rules.__dict__, "model": model, "index": index, "scheme": scheme, "supplement": supplement,
+        "summary": summary, "runs": runs}, indent=2) + "\n")
     table = markdown(summary)
     (output / "realistic.md").write_text(table)
     typer.echo(table)
