@@ -291,3 +291,19 @@ def test_errors_name_the_flags_typed_not_config_keys(tmp_path):
     result = runner.invoke(app, ["link", "metformin", "--index", str(tmp_path / "nowhere")])
     assert result.exit_code == 1
     assert "--index" in said(result) and "index.index" not in said(result)
+
+
+def test_the_command_line_imports_where_there_is_no_fork_and_no_resource_module():
+    """Windows has neither `resource` nor os.register_at_fork: every module the command line
+    and the linker import must load without them."""
+    import subprocess
+    import sys
+
+    code = """
+import os, sys
+sys.modules["resource"] = sys.modules["torch"] = None  # the runtime: no torch
+del os.register_at_fork, os.fork
+import spacy_sapbert.cli, spacy_sapbert.corpus.shards, spacy_sapbert.pipe.linker, spacy_sapbert.encoders.onnx
+assert spacy_sapbert.corpus.shards._peak_rss_mb() == 0.0
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)

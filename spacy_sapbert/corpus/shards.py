@@ -9,7 +9,6 @@ import hashlib
 import itertools
 import json
 import os
-import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -265,7 +264,15 @@ class ShardLinker:
                   "mentions": sum(len(r["entities"]) for r in linked)}
         replace_file(_record_path(self.out_dir, shard),
                             lambda path: path.write_text(json.dumps(record, indent=1), encoding="utf-8"))
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        peak = _peak_rss_mb()
         return ShardResult(shard.name, len(linked), record["mentions"], time.perf_counter() - start, peak, os.getpid())
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory in MB, where the platform tells it (not on Windows,
+    which has no `resource` module: 0 there)."""
+    try:
+        import resource
+    except ImportError:
+        return 0.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

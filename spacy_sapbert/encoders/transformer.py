@@ -147,7 +147,8 @@ def _one_thread_after_fork() -> None:
 # A forked child (spaCy's `nlp.pipe(n_process=…)`) hangs in its first OpenMP region if the
 # parent already ran one; a single intra-op thread never enters one, and the processes
 # already give the parallelism.
-os.register_at_fork(after_in_child=_one_thread_after_fork)
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_one_thread_after_fork)
 
 
 def resolve_device(device: str) -> torch.device:
