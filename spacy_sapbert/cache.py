@@ -39,9 +39,16 @@ class ResourceError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """The cache folder: $SPACY_SAPBERT_CACHE, else ~/.cache/spacy-sapbert."""
+    """The cache folder: $SPACY_SAPBERT_CACHE, else the platform's user cache folder as
+    platformdirs gives it (~/.cache/spacy-sapbert on Linux, or under $XDG_CACHE_HOME;
+    ~/Library/Caches/spacy-sapbert on macOS; %LOCALAPPDATA%\\spacy-sapbert\\Cache on Windows)."""
     given = os.environ.get("SPACY_SAPBERT_CACHE")
-    path = Path(given or Path.home() / ".cache" / "spacy-sapbert")
+    if given:
+        path = Path(given)
+    else:
+        from platformdirs import user_cache_dir
+
+        path = Path(user_cache_dir("spacy-sapbert", appauthor=False))
     try:
         path.mkdir(parents=True, exist_ok=True)
         if not os.access(path, os.W_OK | os.X_OK):

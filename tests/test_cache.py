@@ -150,3 +150,11 @@ cached_build(cache_dir() / "entry", write, lambda p: (p / "x").exists(), "test e
                            env=dict(env, SPACY_SAPBERT_CACHE=str(tmp_path / "again")), capture_output=True,
                            text=True, check=True).stderr
     assert "spacy-sapbert: Building" not in configured and configured.count("Building the test entry once") == 1
+
+
+def test_the_cache_follows_the_platform_after_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPACY_SAPBERT_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_module.cache_dir() == tmp_path / "xdg" / "spacy-sapbert"
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "mine"))
+    assert cache_module.cache_dir() == tmp_path / "mine"
