@@ -94,17 +94,29 @@ def test_fp32_without_torch_fails_at_add_pipe(monkeypatch, tiny_model, tiny_inde
 @pytest.mark.parametrize("model,precision,said", [
     ("./no/such/model", "fp32", r"^encoder.model './no/such/model' is not a folder here \(.*\); fix the path"),
     ("models/x", "int8", r"^encoder.model 'models/x' is not a folder here \(.*\); fix the path"),
-    ("models/x", "fp32", r"^encoder.model 'models/x' is not a folder here, and the Hugging Face hub, .* cannot be reached"),
+    ("models/x", "fp32", r"^encoder.model 'models/x' is not a folder here, nor in the Hugging Face cache, and the hub, .* cannot be reached"),
 ])
 def test_a_model_that_is_nowhere_gets_one_sentence_at_once(monkeypatch, model, precision, said):
-    import socket
+    from huggingface_hub import constants
 
     from spacy_sapbert.encoders.base import EncoderError
     from spacy_sapbert.encoders.loading import load_encoder
 
-    def unreachable(*args, **kwargs):
-        raise OSError("unreachable")
-
-    monkeypatch.setattr(socket, "create_connection", unreachable)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # HF_HUB_OFFLINE=1: the hub is not asked
     with pytest.raises(EncoderError, match=said):
         load_encoder(model, precision)
+
+
+def test_a_hub_name_in_the_hugging_face_cache_needs_no_network(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from spacy_sapbert.encoders.loading import check_model_source
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache",
+                        lambda repo, name, **kwargs: f"/cache/{repo}/{name}" if repo == "owner/cached" else None)
+    check_model_source("owner/cached", hub=True)  # no error: it loads from the cache
+    monkeypatch.setattr(huggingface_hub, "model_info", lambda *a, **k: pytest.fail("the hub was asked offline"))
+    with pytest.raises(ValueError, match="nor in the Hugging Face cache"):
+        check_model_source("owner/absent", hub=True)

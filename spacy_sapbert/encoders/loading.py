@@ -1,7 +1,6 @@
 """An encoder for a model name at a precision (`load_encoder`), and the exact model behind it
 (`exact_encoder`), which embeds names."""
 import re
-import socket
 from pathlib import Path
 from typing import Optional, Union
 
@@ -49,7 +48,6 @@ def load_encoder(
 
 # A name of the Hugging Face hub: "owner/name", nothing that reads as a path.
 HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-HUB_HOST = ("huggingface.co", 443)
 
 
 def check_model_source(model: str, hub: bool) -> None:
@@ -65,12 +63,30 @@ def check_model_source(model: str, hub: bool) -> None:
     named = ' or name a bundled model ("default", "base")'
     if not hub or not HUB_NAME.fullmatch(model):
         raise EncoderError(f"encoder.model {model!r} is not a folder here ({path.resolve()}); fix the path{named}.")
+    if not _on_the_hub(model):
+        raise EncoderError(f"encoder.model {model!r} is not a folder here, nor in the Hugging Face cache, and the hub, "
+                           f"where it would be a model name, cannot be reached; fix the path{named}, or download the "
+                           "model and give its folder.")
+
+
+def _on_the_hub(model: str) -> bool:
+    """Whether the hub name `model` can be loaded: it is in the Hugging Face cache, or the hub
+    (HF_ENDPOINT's, where set) answers for it within seconds; never asked when HF_HUB_OFFLINE is
+    set. Without huggingface_hub (the runtime install, which loads no hub model) it cannot be."""
     try:
-        socket.create_connection(HUB_HOST, timeout=3).close()
-    except OSError:
-        raise EncoderError(f"encoder.model {model!r} is not a folder here, and the Hugging Face hub, where it would "
-                           f"be a model name, cannot be reached; fix the path{named}, or download the model and "
-                           "give its folder.") from None
+        import huggingface_hub
+        from huggingface_hub import constants
+    except ImportError:
+        return False
+    if isinstance(huggingface_hub.try_to_load_from_cache(model, "config.json"), str):
+        return True
+    if constants.HF_HUB_OFFLINE:
+        return False
+    try:
+        huggingface_hub.model_info(model, timeout=3)
+    except Exception:  # unreachable, unknown, or refused: one sentence, not the hub's traceback
+        return False
+    return True
 
 
 def exact_encoder(encoder):
