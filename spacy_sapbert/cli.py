@@ -167,6 +167,8 @@ def build_index(
     except (ValueError, OSError) + _user_errors() as err:
         _fail(err)
     index.meta["label_types"] = mapping
+    # The model as the user named it ("default", or the path given), not where this machine keeps it.
+    index.meta["model"] = model
     index.save(output)
     shutil.rmtree(work, ignore_errors=True)
     msg.good(f"Wrote {index} to {output}")

@@ -279,6 +279,7 @@ def test_build_index_on_the_runtime_install_encodes_with_the_bundled_int8_export
     assert result.exit_code == 0, result.output
     meta = ConceptIndex.load(tmp_path / "index").meta
     assert meta["name_precision"] == "int8"
+    assert meta["model"] == "default"  # as named, not this machine's path to it
     nlp = ruler_nlp(DEMO_PATTERNS)
     nlp.add_pipe("sapbert_linker", config={"index": {"index": str(tmp_path / "index")}, "resolve_abbreviations": False})
     assert nlp("metformin").ents[0]._.cui == "D008687"
