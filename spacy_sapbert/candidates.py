@@ -11,6 +11,7 @@ index's.
 """
 import dataclasses
 from collections import OrderedDict
+from itertools import islice
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -177,7 +178,8 @@ class CandidateGenerator:
         model records."""
         encoder = encoder_loader.load(calibration=index_loader.calibration())
         index = index_loader.load(encoder, graph_over=graph_over)
-        names, older = read_names_tables(index_loader.tables(), index, str(index_loader.index))
+        names, older = read_names_tables(index_loader.tables(), index, str(index_loader.index),
+                                         shipped=index_loader.tables()[1 if index_loader.names is not None else 0:])
         patterns = index_loader.answer_patterns(index.meta)
         answers = None
         if patterns:
@@ -318,8 +320,8 @@ class CandidateGenerator:
         if index_names:
             rows = self.index.rows_named(name_hash(text))
             positions.update(dict.fromkeys(int(c) for c in self.index.row_concepts[rows]))
-        return [(self.index.concept_ids[c], 1.0) for c in positions
-                if not types or self.index.has_type(c, types)][: self.settings.k]
+        found = ((self.index.concept_ids[c], 1.0) for c in positions if not types or self.index.has_type(c, types))
+        return list(islice(found, self.settings.k))  # a name many rows bear is read no further than k
 
     def _remember(self, new: Dict[Mention, Candidates]) -> None:
         if not self.settings.cache_size:
@@ -333,13 +335,15 @@ class CandidateGenerator:
         self._cache.clear()
 
 
-def read_names_tables(paths, index, shown: Optional[str] = None) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
+def read_names_tables(paths, index, shown: Optional[str] = None, shipped=()
+                      ) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
     """Several names tables (`read_added_names`) as one: a name's concepts in the order of the
-    tables, then of each table's lines; an older id mapped by the first table that maps it."""
+    tables, then of each table's lines; an older id mapped by the first table that maps it.
+    shipped: the tables an index ships (read_added_names' `shipped`)."""
     names: Dict[str, List[int]] = {}
     older: Dict[str, str] = {}
     for path in paths:
-        added, mapped = read_added_names(path, index, shown)
+        added, mapped = read_added_names(path, index, shown, shipped=path in shipped)
         for key, concepts in added.items():
             names.setdefault(key, []).extend(c for c in concepts if c not in names[key])
         for concept_id, current in mapped.items():
@@ -347,13 +351,16 @@ def read_names_tables(paths, index, shown: Optional[str] = None) -> Tuple[Dict[s
     return names, older
 
 
-def read_added_names(path, index, shown: Optional[str] = None) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
+def read_added_names(path, index, shown: Optional[str] = None, shipped: bool = False
+                     ) -> Tuple[Dict[str, List[int]], Dict[str, str]]:
     """A names table (kb.formats.read_names) as the generator asks it: each name's key → the
     positions of its concepts in `index`, in the table's order; and the older ids the table maps
     (an id the index lacks → the index's id given beside it). An id that is no concept of the
     index, nor another id of one, fails with one sentence naming its line, unless its current id
     follows it; a current id must be the index's, only for an id the index lacks, and one per
-    older id. `shown`: the index as the user named it, for the errors."""
+    older id. `shown`: the index as the user named it, for the errors. shipped: the table the
+    index ships, written for it with its supplement: a line whose concept the index, loaded
+    without its supplement (index.supplement = false), does not hold is skipped."""
     from .kb.formats import read_names
 
     position = {concept_id: i for i, concept_id in enumerate(index.concept_ids)}
@@ -372,6 +379,8 @@ def read_added_names(path, index, shown: Optional[str] = None) -> Tuple[Dict[str
     older: Dict[str, str] = {}
     for line_no, name, concept_id, current in read_names(path):
         found = find(concept_id)
+        if shipped and (found if current is None else find(current)) is None:
+            continue
         if current is not None:
             if found is not None:
                 raise fail(line_no, concept_id, held=True)

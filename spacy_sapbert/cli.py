@@ -140,23 +140,14 @@ def build_index(
     if output is None:
         _fail(ValueError(f"--output is needed to index the file {kb}; only a knowledge base by name is indexed into "
                          "the cache."))
-    # fp32 embeds exactly, with torch; the runtime install has none, and encodes with int8 as the linker does.
-    precision = precision or (Precision.fp32 if importlib.util.find_spec("torch") else Precision.int8)
+    precision = precision or (Precision.fp32 if importlib.util.find_spec("torch") else Precision.int8)  # as linking
     mapping = _label_types_option(label_types, format)
     _refuse_non_empty(output, overwrite)
     try:
         knowledge_base = load_kb(kb, format.value, **_kb_options(format, supplementary, trees, mrsty, sources))
         msg.info(f"{kb}: {len(knowledge_base)} concepts, {knowledge_base.n_names} names")
-        encoder = load_encoder(resolve_model(model, precision.value), precision.value, pooling=pooling,
-                               max_length=max_length, device=device, batch_size=batch_size)
-        if getattr(encoder, "teacher_model", None):
-            # A query encoder trained against frozen keys searches its teacher's vectors: names
-            # are embedded by the teacher, as the bundled index's are (the default model's: base).
-            from .encoders.loading import exact_encoder
-
-            encoder = exact_encoder(encoder)
-            encoder.batch_size = batch_size
-            msg.info(f"{model} searches the vectors of its teacher, {encoder.name_or_path}, which embeds the names")
+        encoder = _names_encoder(load_encoder(resolve_model(model, precision.value), precision.value, pooling=pooling,
+                                              max_length=max_length, device=device, batch_size=batch_size), model)
         work = work_dir or output.with_name(output.name + ".partial")
         if (work / "progress.json").exists():
             msg.info(f"Resuming the build whose vectors are in {work}")
@@ -166,12 +157,24 @@ def build_index(
             index.set_ef_search(ef_search)
     except (ValueError, OSError) + _user_errors() as err:
         _fail(err)
-    index.meta["label_types"] = mapping
-    # The model as the user named it ("default", or the path given), not where this machine keeps it.
-    index.meta["model"] = model
+    index.meta.update(label_types=mapping, model=model)  # the model as named, not this machine's path to it
     index.save(output)
     shutil.rmtree(work, ignore_errors=True)
     msg.good(f"Wrote {index} to {output}")
+
+
+def _names_encoder(encoder, model: str):
+    """The encoder that embeds an index's names for `encoder` (loaded from `model`): a query
+    encoder trained against frozen keys searches its teacher's vectors, so its teacher embeds
+    them, as the bundled index's are (the default model's teacher: base); else `encoder`."""
+    if not getattr(encoder, "teacher_model", None):
+        return encoder
+    from .encoders.loading import exact_encoder
+
+    teacher = exact_encoder(encoder)
+    teacher.batch_size = encoder.batch_size
+    msg.info(f"{model} searches the vectors of its teacher, {teacher.name_or_path}, which embeds the names")
+    return teacher
 
 
 def _refuse_non_empty(output: Path, overwrite: bool) -> None:

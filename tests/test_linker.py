@@ -587,7 +587,9 @@ def test_every_short_alias_of_the_bundled_kb_finds_its_own_concept():
 
     nlp = spacy.blank("en")
     linker = nlp.add_pipe("sapbert_linker")
-    kb = linker.kb
+    # The index's own KB: the supplement's chemicals share short forms with the index's through
+    # the drug names it adds them, which its concepts' aliases do not list.
+    kb = getattr(linker.index, "main", linker.index).kb
     aliases = sorted(a for a, cuis in kb.alias_to_cuis.items() if len(cuis) == 1 and re.fullmatch(r"[A-Z][A-Z0-9]{1,5}", a))
     random.Random(0).shuffle(aliases)
     wrong = []

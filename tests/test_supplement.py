@@ -46,7 +46,10 @@ def test_the_supplement_adds_concepts_and_names(tiny_model, supplemented_dir):
     # A Disease mention never searches it: only chemicals are there.
     assert ASPIRIN not in [c for c, _ in pipe.generator.ranked([("aspirin", ("C",))])[0]]
     # Its concepts are in the pipe's KB, named by their rows; their ids resolve.
-    assert pipe.kb.cui_to_entity[ASPIRIN].canonical_name == "Aspirin"
+    cui, name, aliases, types, _ = pipe.kb.cui_to_entity[ASPIRIN]
+    assert (cui, name, aliases, types) == (ASPIRIN, "Aspirin", ["acetylsalicylic acid"], ["D02.241.223.100.050"])
+    assert len(pipe.kb) == len(index.concept_ids) and ASPIRIN in pipe.kb
+    assert pipe.kb.alias_to_cuis["acetylsalicylic acid"] == {ASPIRIN}  # merged when first asked for
     assert pipe.resolve_id(ASPIRIN) == ASPIRIN
 
 
@@ -135,3 +138,15 @@ def test_the_chemicals_kb_adds_what_the_index_lacks(monkeypatch):
     kb = chemicals.chemicals_kb(linking, supplementary)
     assert [(c.concept_id, c.names) for c in kb] == [("C000001", ["aspirin-X", "Ecotrin-X"]),
                                                      ("D008687", ["Riomet"])]
+
+
+def test_a_names_table_reads_the_supplement_s_ids_as_the_index_s(supplemented_dir):
+    """An id only the supplement holds is no older id to a names table: the table builder reads
+    the index's KB with the supplement's concepts (named by their rows)."""
+    from spacy_sapbert.search.supplement import supplement_concepts
+    from spacy_sapbert.training.data.names import index_kb
+
+    added = supplement_concepts(supplemented_dir / "supplement", known={"D008687"})
+    assert [(c.concept_id, c.names) for c in added] == [(ASPIRIN, ["Aspirin", "acetylsalicylic acid"])]
+    kb, _ = index_kb(str(supplemented_dir))
+    assert kb.resolve_id(ASPIRIN) == ASPIRIN and len(kb) == len(TINY_CONCEPTS)

@@ -256,6 +256,17 @@ def _search_params(index: faiss.Index, selector) -> faiss.SearchParameters:
     return faiss.SearchParameters(sel=selector)
 
 
+def stored_types(stored: dict) -> List[Tuple[str, ...]]:
+    """Each concept's types from a CONCEPTS_FILE: a list per concept ("types"), or each distinct
+    set once ("type_sets") and each concept's set's number ("type_set"), as a supplement stores
+    them; concepts with the same types share one tuple."""
+    if "type_sets" in stored:
+        sets = [tuple(types) for types in stored["type_sets"]]
+        return [sets[i] for i in stored["type_set"]]
+    shared: Dict[Tuple[str, ...], Tuple[str, ...]] = {}
+    return [shared.setdefault(tuple(types), tuple(types)) for types in stored["types"]]
+
+
 def check_label_types(mapping, where: str) -> Dict[str, List[str]]:
     """`mapping` when it maps entity labels to lists of concept-type prefixes; else one sentence
     (ConceptIndexError) naming `where`."""
@@ -716,7 +727,7 @@ class ConceptIndex:
         kb, concepts = None, None
         if CONCEPTS_FILE in meta["files"]:
             stored = json.loads((path / CONCEPTS_FILE).read_text(encoding="utf-8"))
-            concepts = (stored["concept_ids"], [tuple(types) for types in stored["types"]])
+            concepts = (stored["concept_ids"], stored_types(stored))
             n_concepts = len(concepts[0])
         else:  # an index saved before 0.2.0 keeps no concepts file: its KB is read now
             try:

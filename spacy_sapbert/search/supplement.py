@@ -14,14 +14,16 @@ the main index's concepts.
 import gzip
 import json
 import shutil
+from collections import ChainMap
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Container, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..cache import file_records
 from ..kb.concepts import Concept, KnowledgeBase, name_hash
-from .index import CONCEPTS_FILE, FAISS_FILE, META_FILE, ROWS_FILE, ConceptIndex, ConceptIndexError
+from .index import CONCEPTS_FILE, FAISS_FILE, META_FILE, ROWS_FILE, ConceptIndex, ConceptIndexError, stored_types
 
 SUPPLEMENT_DIR = "supplement"
 # The supplement's row names, one a line (utf-8, gzip with mtime 0), and their kb.name_hash keys.
@@ -41,8 +43,11 @@ def save_supplement(index: ConceptIndex, path: Union[str, Path]) -> Path:
 
     faiss.write_index(index.index, str(path / FAISS_FILE))
     np.save(path / ROWS_FILE, index.row_concepts)
-    concepts = {"concept_ids": index.concept_ids,
-                "types": [list(index.concept_types(i)) for i in range(len(index.concept_ids))]}
+    # Each distinct set of types once (the 253k chemicals share 49k): a smaller file, and a load
+    # that makes no list per concept.
+    sets: dict = {}
+    which = [sets.setdefault(tuple(index.concept_types(i)), len(sets)) for i in range(len(index.concept_ids))]
+    concepts = {"concept_ids": index.concept_ids, "type_sets": [list(t) for t in sets], "type_set": which}
     (path / CONCEPTS_FILE).write_text(json.dumps(concepts, ensure_ascii=False, separators=(",", ":")) + "\n",
                                       encoding="utf-8")
     with open(path / NAMES_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
@@ -62,14 +67,14 @@ class RowNames:
         with gzip.open(path, "rb") as stored:
             self._data = stored.read()
         breaks = np.flatnonzero(np.frombuffer(self._data, dtype=np.uint8) == ord("\n"))
-        self._starts = np.concatenate([[0], breaks + 1]).astype(np.int64)
-        self._ends = np.concatenate([breaks, [len(self._data)]]).astype(np.int64)
+        # Where each name starts, and one past the end: name i is bounds[i]:bounds[i + 1] - 1.
+        self._bounds = np.concatenate([[0], breaks + 1, [len(self._data) + 1]]).astype(np.int64)
 
     def __len__(self) -> int:
-        return len(self._starts)
+        return len(self._bounds) - 1
 
     def __getitem__(self, row: int) -> str:
-        return self._data[self._starts[row]:self._ends[row]].decode("utf-8")
+        return self._data[self._bounds[row]:self._bounds[row + 1] - 1].decode("utf-8")
 
     def take(self, rows: Sequence[int]) -> List[str]:
         return [self[int(r)] for r in rows]
@@ -80,6 +85,9 @@ class SupplementedIndex:
     a folder save_supplement wrote, built with the same model): what ranking and the candidate
     generator ask of an index, over both. Rows: the main index's, then the supplement's;
     concepts: the main index's, then those only the supplement holds."""
+
+    # The supplement's best rows a search merges at most (of the 64 the hybrid score reads).
+    rows = 16
 
     def __init__(self, main: ConceptIndex, supplement: ConceptIndex):
         if supplement.fingerprint != main.fingerprint:
@@ -99,7 +107,11 @@ class SupplementedIndex:
         position[new] = self._n_main + np.arange(len(new))
         self._new = np.asarray(new, dtype=np.int64)  # supplement positions of the concepts only it holds
         self.concept_ids: List[str] = list(main.concept_ids) + [supplement.concept_ids[i] for i in new]
-        self._added_positions = {self.concept_ids[p]: p for p in range(self._n_main, len(self.concept_ids))}
+        # The added concepts found by their ids' hashes (4 MB, where a dict of 253k ids took 20).
+        hashes = np.array([hash(self.concept_ids[p]) for p in range(self._n_main, len(self.concept_ids))],
+                          dtype=np.int64)
+        order = np.argsort(hashes, kind="stable")
+        self._added = (hashes[order], order + self._n_main)
         self.row_concepts = np.concatenate([main.row_concepts, position[supplement.row_concepts]]).astype(np.int32)
         self.meta = main.meta
         self.path = main.path
@@ -136,7 +148,7 @@ class SupplementedIndex:
         scores, rows = self.main.search_rows(vectors, n_rows, type_prefixes)
         if not self.supplement.allowed_rows(type_prefixes):
             return scores, rows
-        more_scores, more_rows = self.supplement.search_rows(vectors, n_rows, type_prefixes)
+        more_scores, more_rows = self.supplement.search_rows(vectors, min(n_rows, self.rows), type_prefixes)
         more_rows = np.where(more_rows >= 0, more_rows + len(self.main), -1)
         both_rows = np.concatenate([rows, more_rows], axis=1)
         both = np.concatenate([scores, more_scores], axis=1)
@@ -164,24 +176,40 @@ class SupplementedIndex:
         return self.main.state_key(*parts)
 
     @property
-    def kb(self) -> KnowledgeBase:
-        """The main index's KB with the concepts only the supplement holds, each named by its
-        rows (its first name canonical): read and made when first asked for."""
+    def kb(self) -> "SupplementedKB":
+        """The main index's KB with the concepts only the supplement holds, each made from its
+        rows (its first name canonical) when looked up: scispaCy's `cui_to_entity` over both."""
         if self._kb is None:
-            concepts: Dict[int, List[str]] = {}
-            offset = len(self.main)
-            for row in np.flatnonzero(self.row_concepts[offset:] >= self._n_main):
-                concepts.setdefault(int(self.row_concepts[offset + row]), []).append(self.names[int(row)])
-            added = (Concept(self.concept_ids[p], names[0], names[1:], list(self.concept_types(p)))
-                     for p, names in sorted(concepts.items()))
-            kb = KnowledgeBase([*self.main.kb, *added], name=self.main.kb.name)
-            kb.version = self.main.kb.version
-            self._kb = kb
+            self._kb = SupplementedKB(self)
         return self._kb
+
+    def added_position(self, concept_id: str) -> Optional[int]:
+        """The position of a concept only the supplement holds, None for any other id."""
+        hashes, positions = self._added
+        first = int(np.searchsorted(hashes, hash(concept_id)))
+        while first < len(hashes) and hashes[first] == hash(concept_id):
+            if self.concept_ids[positions[first]] == concept_id:
+                return int(positions[first])
+            first += 1
+        return None
+
+    def added_concept(self, concept_id: str) -> Concept:
+        """A concept only the supplement holds, named by its rows."""
+        position = self.added_position(concept_id)
+        if position is None:
+            raise KeyError(concept_id)
+        if getattr(self, "_rows_of", None) is None:  # each added concept's rows, in row order
+            added = self.row_concepts[len(self.main):]
+            order = np.argsort(added, kind="stable")
+            self._rows_of = (order, added[order])
+        order, sorted_concepts = self._rows_of
+        first, last = np.searchsorted(sorted_concepts, [position, position + 1])
+        names = self.names.take(order[first:last])
+        return Concept(concept_id, names[0], names[1:], list(self.concept_types(position)))
 
     def resolve_id(self, concept_id: str) -> Optional[str]:
         """ConceptIndex.resolve_id, then the ids only the supplement holds (it keeps no other ids)."""
-        return self.main.resolve_id(concept_id) or (concept_id if concept_id in self._added_positions else None)
+        return self.main.resolve_id(concept_id) or (concept_id if self.added_position(concept_id) is not None else None)
 
     def hybrid_names(self) -> Tuple[ConceptIndex, Callable[[np.ndarray], List[str]]]:
         """For the hybrid score: the index whose names fit the tf-idf (the main one), and the
@@ -195,6 +223,73 @@ class SupplementedIndex:
 
     def __repr__(self) -> str:
         return f"SupplementedIndex({self.main!r}, {len(self.supplement)} more names)"
+
+
+class _AddedConcepts(Mapping):
+    """The concepts only a supplement holds, by id, each made when looked up."""
+
+    def __init__(self, index: SupplementedIndex):
+        self._index = index
+
+    def __getitem__(self, concept_id: str) -> Concept:
+        return self._index.added_concept(concept_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index.concept_ids[self._index._n_main:])
+
+    def __len__(self) -> int:
+        return len(self._index.concept_ids) - self._index._n_main
+
+
+class SupplementedKB:
+    """The KB of an index with a supplement, as the linker shows it (`linker.kb`): the main
+    index's KB, then the supplement's added concepts, made when looked up, so that
+    `cui_to_entity[cui]` costs no 253k concepts up front. What else a KnowledgeBase offers
+    (`alias_to_cuis`, …) is read from both merged, made when first asked for."""
+
+    def __init__(self, index: SupplementedIndex):
+        self._index = index
+        self.name, self.version = index.main.kb.name, index.main.kb.version
+        self.cui_to_entity = ChainMap(index.main.kb.cui_to_entity, _AddedConcepts(index))
+        self._merged: Optional[KnowledgeBase] = None
+
+    def resolve_id(self, concept_id: str) -> Optional[str]:
+        return self._index.resolve_id(concept_id)
+
+    def __len__(self) -> int:
+        return len(self.cui_to_entity)
+
+    def __iter__(self) -> Iterator[Concept]:
+        return (self.cui_to_entity[cui] for cui in self._index.concept_ids)
+
+    def __contains__(self, concept_id: str) -> bool:
+        return concept_id in self.cui_to_entity
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._merged is None:
+            self._merged = KnowledgeBase(iter(self), name=self.name, version=self.version)
+        return getattr(self._merged, name)
+
+
+def supplement_concepts(folder: Path, known: Container[str] = ()) -> List[Concept]:
+    """The concepts a supplement folder holds that `known` (ids) lacks, each named by its rows (its
+    first name canonical), without its codes: what a names table's ids are checked against."""
+    stored = json.loads((Path(folder) / CONCEPTS_FILE).read_text(encoding="utf-8"))
+    types = stored_types(stored)
+    rows = np.load(Path(folder) / ROWS_FILE)
+    names = RowNames(Path(folder) / NAMES_FILE)
+    by_concept: dict = {}
+    for row, position in enumerate(rows.tolist()):
+        by_concept.setdefault(position, []).append(row)
+    concepts = []
+    for position, concept_id in enumerate(stored["concept_ids"]):
+        if concept_id in known or position not in by_concept:
+            continue
+        bearing = names.take(by_concept[position])
+        concepts.append(Concept(concept_id, bearing[0], bearing[1:], list(types[position])))
+    return concepts
 
 
 def with_supplement(index: ConceptIndex, folder: Optional[Path], encoder=None):

@@ -146,18 +146,31 @@ def older_ids(kb: KnowledgeBase, label_types: Optional[Dict[str, List[str]]] = N
     return current
 
 
+def _with_supplement(kb: KnowledgeBase, folder: Path) -> KnowledgeBase:
+    """`kb` with the concepts the supplement of the index at `folder` adds (search.supplement),
+    so that an id the linker holds there is no older id."""
+    from spacy_sapbert.search.supplement import SUPPLEMENT_DIR, supplement_concepts
+
+    if not (folder / SUPPLEMENT_DIR / "meta.json").is_file():
+        return kb
+    added = supplement_concepts(folder / SUPPLEMENT_DIR, kb.cui_to_entity)
+    merged = KnowledgeBase([*kb, *added], name=kb.name, version=kb.version)
+    return merged
+
+
 def index_kb(index: str) -> Tuple[KnowledgeBase, Dict[str, List[str]]]:
     """The knowledge base of the index the linker's `index.index` names, without the index, and
     the entity label → concept type map the index keeps."""
     import json
 
-    from spacy_sapbert.assets import DEFAULT, DEFAULT_EXACT, default_kb
+    from spacy_sapbert.assets import BUNDLED_INDEX, DEFAULT, DEFAULT_EXACT, default_kb
     from spacy_sapbert.kb.formats import read_jsonl
     from spacy_sapbert.kb.named import is_named, label_types, named_kb
     from spacy_sapbert.search.index import KB_FILE, KB_FILE_GZ
 
     if index in (DEFAULT, DEFAULT_EXACT):
-        return default_kb()
+        kb, types = default_kb()
+        return _with_supplement(kb, BUNDLED_INDEX), types
     if is_named(index):
         return named_kb(index), label_types(index)
     folder = Path(index).expanduser()
@@ -165,7 +178,7 @@ def index_kb(index: str) -> Tuple[KnowledgeBase, Dict[str, List[str]]]:
         if (folder / name).is_file():
             meta = folder / "meta.json"
             types = json.loads(meta.read_text(encoding="utf-8")).get("label_types", {}) if meta.is_file() else {}
-            return read_jsonl(folder / name), types
+            return _with_supplement(read_jsonl(folder / name), folder), types
     raise FileNotFoundError(f"{index} is neither default, a knowledge base by name nor an index directory with a "
                             f"{KB_FILE}.")
 
