@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the wheels (the runtime, and the bundled index as a package of its own), checks that each
-# is under PyPI's 100 MB, and installs them alone (no extras) into a fresh venv, as a user would,
+# Builds the wheels (the runtime; the bundled index, a package of its own that it requires; the
+# default model's fp32 weights, which the gpu and train extras bring), checks that each is under
+# PyPI's 100 MB, and installs the runtime alone (no extras) into a fresh venv, as a user would,
 # against the pins of requirements.txt; then runs the README's Python snippet there. It
 # must link the sample right with neither torch, transformers, scikit-learn nor scispaCy imported.
 # The venv's size is printed and held under 800 MB (DESIGN.md), which catches torch (700 MB and
@@ -12,12 +13,13 @@ python=${PYTHON:-python3.11}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-.venv/bin/pip wheel --quiet --no-deps -w "$work/dist" . dists/index >/dev/null
+.venv/bin/pip wheel --quiet --no-deps -w "$work/dist" . dists/index dists/model >/dev/null
 wheel=$(ls "$work"/dist/spacy_sapbert-*.whl)
 index_wheel=$(ls "$work"/dist/spacy_sapbert_index-*.whl)
-.venv/bin/python - "$wheel" "$index_wheel" <<'PY'
+model_wheel=$(ls "$work"/dist/spacy_sapbert_model-*.whl)
+.venv/bin/python - "$wheel" "$index_wheel" "$model_wheel" <<'PY'
 import os, sys, zipfile
-for path, top in zip(sys.argv[1:], ("spacy_sapbert", "spacy_sapbert_index")):
+for path, top in zip(sys.argv[1:], ("spacy_sapbert", "spacy_sapbert_index", "spacy_sapbert_model")):
     tops = {name.split("/")[0] for name in zipfile.ZipFile(path).namelist() if ".dist-info/" not in name}
     assert tops == {top}, f"{os.path.basename(path)} installs top-level packages {sorted(tops)}"
     size = os.path.getsize(path) / 1e6
@@ -66,3 +68,26 @@ else:
     raise AssertionError('fp32 was accepted at add_pipe without torch')
 "
 echo "spacy-sapbert link works there, and fp32 names the gpu extra"
+
+# The README's bring-your-own-KB command, verbatim, on the runtime install (no torch: the names
+# are encoded with the bundled int8 export), and a link with the index it writes.
+"$work/venv/bin/python" - "$root/README.md" <<'PY'
+import re, sys
+readme = open(sys.argv[1], encoding="utf-8").read()
+section = readme.split("## Bring your own knowledge base", 1)[1]
+record = re.search(r"```json\n(.*?)\n```", section, re.S).group(1)
+command = re.search(r"```bash\n(spacy-sapbert build-index .*?)\n```", section, re.S).group(1)
+open("my_kb.jsonl", "w", encoding="utf-8").write(record + "\n")
+open("build.sh", "w", encoding="utf-8").write(command.replace("spacy-sapbert", sys.prefix + "/bin/spacy-sapbert", 1) + "\n")
+PY
+bash build.sh >/dev/null
+"$work/venv/bin/python" -c "
+import spacy
+from spacy.tokens import Span
+nlp = spacy.blank('en')
+nlp.add_pipe('sapbert_linker', config={'index': {'index': 'my_index/'}, 'resolve_abbreviations': False})
+doc = nlp.make_doc('cephalgia')
+doc.ents = [Span(doc, 0, 1, 'Disease')]
+assert nlp(doc).ents[0]._.cui == 'HP:0002315', nlp(doc).ents[0]._.kb_ents
+"
+echo "the README's build-index command ran there without torch, and the linker searched its index"

