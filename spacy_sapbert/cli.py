@@ -414,6 +414,12 @@ def info(path: Optional[Path] = typer.Argument(None, help="An index directory, o
     files = meta.get("files") if isinstance(meta.get("files"), dict) else {}
     size = sum(f.get("bytes", 0) for f in files.values() if isinstance(f, dict) and isinstance(f.get("bytes", 0), int))
     rows.append(("size", f"{size / 1e6:.1f} MB" if files else "unknown (no file records)"))
+    supplement = meta_path.parent / "supplement" / "meta.json"
+    if supplement.is_file():  # search.supplement: more names, searched beside the index
+        extra = json.loads(supplement.read_text(encoding="utf-8"))
+        rows.append(("supplement", f"{extra.get('kb_name', '')}: {extra.get('n_concepts', 0):,} concepts, "
+                                   f"{extra.get('n_names', 0):,} names ({extra.get('index_type', '')}, "
+                                   f"{_megabytes(supplement.parent):.1f} MB)"))
     msg.table(rows, title=str(meta_path.parent), divider=True)
 
 

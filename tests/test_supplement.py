@@ -150,3 +150,12 @@ def test_a_names_table_reads_the_supplement_s_ids_as_the_index_s(supplemented_di
     assert [(c.concept_id, c.names) for c in added] == [(ASPIRIN, ["Aspirin", "acetylsalicylic acid"])]
     kb, _ = index_kb(str(supplemented_dir))
     assert kb.resolve_id(ASPIRIN) == ASPIRIN and len(kb) == len(TINY_CONCEPTS)
+
+
+def test_info_shows_the_supplement(supplemented_dir):
+    from typer.testing import CliRunner
+
+    from spacy_sapbert.cli import app
+
+    result = CliRunner().invoke(app, ["info", str(supplemented_dir)])
+    assert result.exit_code == 0 and "supplement" in result.output and "3 names" in " ".join(result.output.split())
