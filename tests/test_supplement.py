@@ -159,3 +159,17 @@ def test_info_shows_the_supplement(supplemented_dir):
 
     result = CliRunner().invoke(app, ["info", str(supplemented_dir)])
     assert result.exit_code == 0 and "supplement" in result.output and "3 names" in " ".join(result.output.split())
+
+
+def test_a_supplemented_index_pickles_into_another_process(tiny_model, supplemented_dir):
+    """nlp.pipe(n_process=…) where processes are spawned (macOS, Windows) pickles the pipe: the
+    supplement's concepts are found there too (ids looked up by a checksum, not the salted hash)."""
+    import pickle
+    import subprocess
+    import sys
+
+    _, pipe = demo_linker(tiny_model, supplemented_dir)
+    path = supplemented_dir.parent / "index.pickle"
+    path.write_bytes(pickle.dumps(pipe.generator.index))
+    code = f"import pickle; index = pickle.load(open({str(path)!r}, 'rb')); assert index.resolve_id({ASPIRIN!r}) == {ASPIRIN!r}"
+    subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONHASHSEED": "12345", "PATH": ""})

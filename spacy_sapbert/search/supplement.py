@@ -14,6 +14,7 @@ the main index's concepts.
 import gzip
 import json
 import shutil
+import zlib
 from collections import ChainMap
 from collections.abc import Mapping
 from pathlib import Path
@@ -80,6 +81,10 @@ class RowNames:
         return [self[int(r)] for r in rows]
 
 
+def _id_hash(concept_id: str) -> int:
+    return zlib.crc32(concept_id.encode("utf-8"))
+
+
 class SupplementedIndex:
     """A ConceptIndex (`main`) searched together with a supplement (`supplement`, loaded from
     a folder save_supplement wrote, built with the same model): what ranking and the candidate
@@ -107,9 +112,10 @@ class SupplementedIndex:
         position[new] = self._n_main + np.arange(len(new))
         self._new = np.asarray(new, dtype=np.int64)  # supplement positions of the concepts only it holds
         self.concept_ids: List[str] = list(main.concept_ids) + [supplement.concept_ids[i] for i in new]
-        # The added concepts found by their ids' hashes (4 MB, where a dict of 253k ids took 20).
-        hashes = np.array([hash(self.concept_ids[p]) for p in range(self._n_main, len(self.concept_ids))],
-                          dtype=np.int64)
+        # The added concepts found by their ids' checksums (2 MB, where a dict of 253k ids took 20;
+        # crc32, not hash(), so that a pipeline pickled into a spawned process finds them too).
+        hashes = np.array([_id_hash(self.concept_ids[p]) for p in range(self._n_main, len(self.concept_ids))],
+                          dtype=np.uint32)
         order = np.argsort(hashes, kind="stable")
         self._added = (hashes[order], order + self._n_main)
         self.row_concepts = np.concatenate([main.row_concepts, position[supplement.row_concepts]]).astype(np.int32)
@@ -186,8 +192,9 @@ class SupplementedIndex:
     def added_position(self, concept_id: str) -> Optional[int]:
         """The position of a concept only the supplement holds, None for any other id."""
         hashes, positions = self._added
-        first = int(np.searchsorted(hashes, hash(concept_id)))
-        while first < len(hashes) and hashes[first] == hash(concept_id):
+        wanted = _id_hash(concept_id)
+        first = int(np.searchsorted(hashes, wanted))
+        while first < len(hashes) and hashes[first] == wanted:
             if self.concept_ids[positions[first]] == concept_id:
                 return int(positions[first])
             first += 1
