@@ -159,8 +159,6 @@ class CandidateGenerator:
                  older_ids: Optional[Dict[str, str]] = None, answers: Optional[Dict[str, List[str]]] = None):
         self.content_rule = content_rule
         self.answers = answers or {}
-        # An answer's position, for its type: kept only where there are answers to check.
-        self._positions = {c: i for i, c in enumerate(index.concept_ids)} if self.answers else {}
         self.names = names or {}
         self.older_ids = older_ids or {}
         self.encoder = encoder
@@ -179,7 +177,7 @@ class CandidateGenerator:
         encoder = encoder_loader.load(calibration=index_loader.calibration())
         index = index_loader.load(encoder, graph_over=graph_over)
         names, older = read_names_tables(index_loader.tables(), index, str(index_loader.index),
-                                         shipped=index_loader.tables()[1 if index_loader.names is not None else 0:])
+                                         shipped=index_loader.shipped_tables())
         patterns = index_loader.answer_patterns(index.meta)
         answers = None
         if patterns:
@@ -290,7 +288,7 @@ class CandidateGenerator:
         ranked: Dict[str, float] = {}
         for concept_id, score in candidates:
             answers = [a for a in self.answers.get(concept_id, ())
-                       if not mention[1] or self.index.has_type(self._positions[a], mention[1])]
+                       if not mention[1] or self.index.has_type(self.index.position_of(a), mention[1])]
             for answer in [*answers[:1], concept_id, *answers[1:]]:
                 ranked.setdefault(answer, score)
         return list(ranked.items())[: self.settings.k]
@@ -363,11 +361,9 @@ def read_added_names(path, index, shown: Optional[str] = None, shipped: bool = F
     without its supplement (index.supplement = false), does not hold is skipped."""
     from .kb.formats import read_names
 
-    position = {concept_id: i for i, concept_id in enumerate(index.concept_ids)}
-
     def find(concept_id: str) -> Optional[int]:
-        found = position.get(concept_id)
-        return position.get(index.resolve_id(concept_id) or "") if found is None else found
+        found = index.position_of(concept_id)
+        return index.position_of(index.resolve_id(concept_id) or "") if found is None else found
 
     def fail(line_no: int, concept_id: str, held: bool = False, older: bool = False) -> KBFormatError:
         where = f"the index {shown or index.meta.get('kb_name', '')!r}"

@@ -25,6 +25,9 @@ class _Index:
     def has_type(self, position, prefixes):
         return self.types[position].startswith(tuple(prefixes))
 
+    def position_of(self, concept_id):
+        return self.concept_ids.index(concept_id)
+
 
 def test_the_generator_puts_the_answer_before_the_concept_at_its_score():
     generator = CandidateGenerator(None, _Index(), answers={"MONDO:0004992": ["D009369", "D001943"]})

@@ -59,7 +59,7 @@ def _is_text_list(value: object, non_empty: bool = False) -> bool:
     )
 
 
-def _open_text(path: Path, mode: str = "r", encoding: str = "utf-8"):
+def open_text(path: Path, mode: str = "r", encoding: str = "utf-8"):
     """Open a text file, gzip-compressed when its name ends in .gz (written without a
     timestamp, so the same KB always gives the same bytes)."""
     if path.suffix != ".gz":
@@ -220,7 +220,7 @@ def write_jsonl(kb: KnowledgeBase, path: PathLike, scispacy: bool = False) -> Pa
     extra ids are kept too."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _open_text(path, "w") as handle:
+    with open_text(path, "w") as handle:
         for concept in kb:
             handle.write(json.dumps(concept.to_dict(scispacy=scispacy), ensure_ascii=False) + "\n")
     return path

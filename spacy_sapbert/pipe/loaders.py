@@ -152,13 +152,16 @@ class IndexLoader:
 
     def tables(self) -> List[Path]:
         """The names tables the linker reads, in order: `names`, then the index's own."""
+        return ([Path(str(self.names)).expanduser()] if self.names is not None else []) + self.shipped_tables()
+
+    def shipped_tables(self) -> List[Path]:
+        """The names table the index ships (its NAMES_FILE), where `shipped_names` reads it."""
         from ..search.index import NAMES_FILE
 
-        tables = [Path(str(self.names)).expanduser()] if self.names is not None else []
         folder = self._own_folder()
-        if self.shipped_names and folder is not None:
-            tables += [folder / NAMES_FILE] if (folder / NAMES_FILE).is_file() else []
-        return tables
+        if not self.shipped_names or folder is None or not (folder / NAMES_FILE).is_file():
+            return []
+        return [folder / NAMES_FILE]
 
     def calibration(self) -> Optional[Path]:
         """The index directory whose names calibrate an int8 export of a model that searches it;

@@ -352,6 +352,13 @@ class ConceptIndex:
         """The id under which the index holds `concept_id` (its own or another id of it), or None."""
         return self.kb.resolve_id(concept_id)
 
+    def position_of(self, concept_id: str) -> Optional[int]:
+        """The position of the concept with the id `concept_id` in concept_ids, or None; the map
+        is made once, when first asked for, and serves every caller."""
+        if getattr(self, "_positions", None) is None:
+            self._positions = {c: i for i, c in enumerate(self.concept_ids)}
+        return self._positions.get(concept_id)
+
     def concept_types(self, position: int) -> Tuple[str, ...]:
         """The types of the concept at `position` of concept_ids, without reading the KB."""
         if self._types is not None:

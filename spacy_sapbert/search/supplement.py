@@ -52,7 +52,7 @@ def save_supplement(index: ConceptIndex, path: Union[str, Path]) -> Path:
     (path / CONCEPTS_FILE).write_text(json.dumps(concepts, ensure_ascii=False, separators=(",", ":")) + "\n",
                                       encoding="utf-8")
     with open(path / NAMES_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
-        out.write("\n".join(names).encode("utf-8"))
+        out.write("\n".join(names).encode("utf-8"))  # bytes as RowNames splits them, on every platform
     np.save(path / KEYS_FILE, np.array([name_hash(name) for name in names], dtype=np.uint64))
     meta = {key: value for key, value in index.meta.items() if key != "files"}
     meta["files"] = file_records(path, [FAISS_FILE, ROWS_FILE, CONCEPTS_FILE, NAMES_FILE, KEYS_FILE])
@@ -104,11 +104,11 @@ class SupplementedIndex:
         self._keys = np.load(supplement.path / KEYS_FILE)
         if not len(self.names) == len(self._keys) == len(supplement):
             raise ConceptIndexError(f"{supplement.path}: its names, keys and rows disagree; rebuild the supplement.")
-        own = {concept_id: i for i, concept_id in enumerate(main.concept_ids)}
-        new = [i for i, concept_id in enumerate(supplement.concept_ids) if concept_id not in own]
+        own = [main.position_of(concept_id) for concept_id in supplement.concept_ids]
+        new = [i for i, found in enumerate(own) if found is None]
         self._n_main = len(main.concept_ids)
         # Each supplement concept's position among the concepts of both.
-        position = np.array([own.get(c, -1) for c in supplement.concept_ids], dtype=np.int64)
+        position = np.array([-1 if found is None else found for found in own], dtype=np.int64)
         position[new] = self._n_main + np.arange(len(new))
         self._new = np.asarray(new, dtype=np.int64)  # supplement positions of the concepts only it holds
         self.concept_ids: List[str] = list(main.concept_ids) + [supplement.concept_ids[i] for i in new]
@@ -188,6 +188,11 @@ class SupplementedIndex:
         if self._kb is None:
             self._kb = SupplementedKB(self)
         return self._kb
+
+    def position_of(self, concept_id: str) -> Optional[int]:
+        """ConceptIndex.position_of over the concepts of both."""
+        found = self.main.position_of(concept_id)
+        return found if found is not None else self.added_position(concept_id)
 
     def added_position(self, concept_id: str) -> Optional[int]:
         """The position of a concept only the supplement holds, None for any other id."""

@@ -154,8 +154,7 @@ def _with_supplement(kb: KnowledgeBase, folder: Path) -> KnowledgeBase:
     if not (folder / SUPPLEMENT_DIR / "meta.json").is_file():
         return kb
     added = supplement_concepts(folder / SUPPLEMENT_DIR, kb.cui_to_entity)
-    merged = KnowledgeBase([*kb, *added], name=kb.name, version=kb.version)
-    return merged
+    return KnowledgeBase([*kb, *added], name=kb.name, version=kb.version)
 
 
 def index_kb(index: str) -> Tuple[KnowledgeBase, Dict[str, List[str]]]:
@@ -186,15 +185,11 @@ def index_kb(index: str) -> Tuple[KnowledgeBase, Dict[str, List[str]]]:
 def write_names(rows: List[Row], path: Path, header: str = "") -> Path:
     """Write a names table (kb.formats.read_names reads it back), gzipped when `path` ends in
     .gz (with a fixed timestamp, so the same rows give the same bytes); `header`: comment lines."""
-    import gzip
+    from spacy_sapbert.kb.formats import open_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(f"# {line}\n" for line in header.splitlines()) + "".join("\t".join(row) + "\n" for row in rows)
-    if path.suffix == ".gz":
-        with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as out:
-            out.write(text.encode("utf-8"))
-    else:
-        path.write_text(text, encoding="utf-8")
+    with open_text(path, "w") as out:
+        out.write("".join(f"# {line}\n" for line in header.splitlines()) + "".join("\t".join(row) + "\n" for row in rows))
     return path
 
 
