@@ -355,6 +355,15 @@ def link(
         if out:
             out.close()
             msg.good(f"Wrote {len(records)} documents to {output}")
+    _say_what_the_ner_covers(linker, ner)
+
+
+def _say_what_the_ner_covers(linker, ner: Optional[str]) -> None:
+    from .corpus.shards import outside_hint
+
+    hint = outside_hint(linker.found, ner)
+    if hint:
+        msg.info(hint)
 
 
 @app.command("export-onnx")

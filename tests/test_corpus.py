@@ -200,3 +200,16 @@ def test_a_killed_ray_run_resumes_with_no_document_lost_or_doubled(abstracts, tm
     linked, complete = re.search(r"Linked (\d+) documents.*; (\d+) of 30 shards were complete", " ".join(done.stdout.split())).groups()
     assert int(complete) >= finished and int(linked) == 300 - 10 * int(complete)
     assert _shards(out) == single
+
+
+def test_link_says_what_the_bundled_ner_covers_when_it_finds_nothing_or_is_unsure():
+    from collections import Counter
+
+    from spacy_sapbert.corpus.shards import outside_hint
+
+    assert outside_hint(Counter(documents=3), None) is None
+    hint = outside_hint(Counter(documents=3, empty=2, unsure=1), None)
+    assert hint.startswith("2 of 3 documents yielded no linked entity and 1 entities were found with low confidence: ")
+    assert "--ner" in hint and "\n" not in hint
+    # a user's own NER is theirs to judge
+    assert outside_hint(Counter(documents=3, empty=3), "en_ner_bc5cdr_md") is None

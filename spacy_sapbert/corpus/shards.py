@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple
@@ -48,6 +49,26 @@ def parse_records(lines: Sequence[str], path, format: str = "auto", first_line: 
             raise CorpusError(f"{path}:{line_no}: expected a JSON object with a string \"text\"; fix that line.")
         records.append(record)
     return records
+
+
+# An entity whose tags the bundled NER gave a mean probability under this is one it is unsure of.
+UNSURE = 0.6
+
+
+def outside_hint(found: Counter, ner: Optional[str]) -> Optional[str]:
+    """One line for `link` when some documents yielded no linked entity or the bundled NER was
+    unsure of some entities: what it covers and how to bring another NER; None when all went well or the
+    user brought their own NER."""
+    if ner is not None or not found["documents"] or not (found["empty"] or found["unsure"]):
+        return None
+    what = []
+    if found["empty"]:
+        what.append(f"{found['empty']} of {found['documents']} documents yielded no linked entity")
+    if found["unsure"]:
+        what.append(f"{found['unsure']} entities were found with low confidence")
+    return (f"{' and '.join(what).capitalize()}: the bundled NER finds Disease and Chemical mentions as PubMed "
+            "abstracts write them; for other text bring your own with --ner (a spaCy pipeline, such as one with "
+            "an entity ruler of your terms), and see the README's Limitations.")
 
 
 def entity_rows(doc, kb, labels: Sequence[str] = ()) -> List[dict]:
@@ -245,10 +266,18 @@ class ShardLinker:
         self.out_dir = Path(out_dir)
         self.nlp = settings.pipeline(threads)
         self.kb = self.nlp.get_pipe("sapbert_linker").kb
+        self.found: Counter = Counter()
 
     def link_records(self, records: List[dict]) -> Iterator[dict]:
+        """Each record with its linked entities; `self.found` counts, as they go, the documents
+        with text, those that yielded no linked entity, and the entities the NER was unsure of."""
         texts = (record["text"] for record in records)
         for record, doc in zip(records, self.nlp.pipe(texts, batch_size=self.settings.batch_size)):
+            if doc.text.strip():
+                self.found["documents"] += 1
+                self.found["empty"] += not any(ent._.cui for ent in doc.ents)
+                self.found["unsure"] += sum(1 for ent in doc.ents if ent.has_extension("ner_score")
+                                            and ent._.ner_score is not None and ent._.ner_score < UNSURE)
             yield {**record, "entities": entity_rows(doc, self.kb, self.settings.labels)}
 
     def run(self, shard: Shard) -> ShardResult:

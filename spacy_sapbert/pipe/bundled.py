@@ -42,7 +42,7 @@ def add_dictionary_ner(nlp: Language, kb: KnowledgeBase, label_types: Dict[str, 
 
 def load_ner() -> Language:
     """The bundled NER (spacy_sapbert/assets/ner: Disease and Chemical, a CPU tok2vec + NER
-    trained on BC5CDR train) as a spaCy pipeline, ready for `nlp.add_pipe("sapbert_linker")`:
+    trained on BC5CDR and NCBI-disease train) as a spaCy pipeline, ready for `nlp.add_pipe("sapbert_linker")`:
     what the README's snippet and `spacy-sapbert link` start from."""
     if not (DEMO_NER / "config.cfg").exists():
         from ..cache import ResourceError

@@ -146,7 +146,10 @@ class _PipeConfigs(dict):
 
 @Language.factory(
     "sapbert_linker",
-    assigns=["doc.ents", "span._.cui", "span._.cui_score", "span._.kb_ents"],
+    # as spaCy's entity_linker declares them, so that nlp.analyze_pipes() flags a linker with no NER
+    requires=["doc.ents", "token.ent_iob", "token.ent_type"],
+    assigns=["doc.ents", "token.ent_kb_id", "span._.cui", "span._.cui_score", "span._.kb_ents"],
+    default_score_weights={"nel_micro_f": 1.0, "nel_micro_r": None, "nel_micro_p": None},
     default_config={"encoder": ENCODER_CONFIG, "index": INDEX_CONFIG, "scoring": SCORING_CONFIG, **_defaults()},
 )
 @_settings_signature
@@ -186,7 +189,7 @@ def _built_from_config() -> bool:
 def _check_labels_against_ner(nlp: Language, labels: Iterable[str]) -> None:
     """A label in `labels` that the pipeline's trained NER never predicts is a typo: refuse it
     (labels compare in any case). Nothing is checked before an NER with labels is added."""
-    known = {label for _, pipe in nlp.pipeline if type(pipe).__name__ == "EntityRecognizer"
+    known = {label for _, pipe in nlp.pipeline if type(pipe).__name__ in ("EntityRecognizer", "SapbertNER")
              for label in getattr(pipe, "labels", ())}
     unknown = [label for label in labels if known and label.lower() not in {k.lower() for k in known}]
     if unknown:

@@ -1,12 +1,20 @@
-"""A small spaCy NER for Disease and Chemical mentions, trained on BC5CDR: the corpus in
-spaCy's binary format for `spacy train configs/ner.cfg`.
+"""The bundled NER for Disease and Chemical mentions, a spaCy tok2vec + NER trained on the train
+splits of BC5CDR and NCBI-disease: the corpora in spaCy's binary format for `spacy train
+configs/ner.cfg`.
 
-    python -m spacy_sapbert.training.ner convert --output-dir corpus/ner
+The two corpora annotate differently: BC5CDR marks diseases and chemicals, NCBI-disease only
+diseases. So in an NCBI-disease document the tokens of a chemical name the bundled index knows
+(its MeSH D-tree names, case-insensitive; none inside a disease mention) are left missing: the
+NER learns neither "chemical" nor "outside" from them; every other token outside a disease
+mention is outside. Both corpora's diseases share one label.
+
+    python -m spacy_sapbert.training.ner convert --output-dir corpus/ner [--held-out-fold 0]
 """
+import json
 import logging
 import shutil
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import spacy
 import typer
@@ -22,38 +30,69 @@ from .data.tally import Tally
 logger = logging.getLogger(__name__)
 
 BC5CDR_FILES = {"train": "CDR_TrainingSet.PubTator.txt", "dev": "CDR_DevelopmentSet.PubTator.txt"}
+NCBI_FILES = {"train": "NCBItrainset_corpus.txt", "dev": "NCBIdevelopset_corpus.txt"}
 LABELS = ("Disease", "Chemical")
+# Which labels each corpus annotates, and its files.
+CORPORA = {"bc5cdr": (("Disease", "Chemical"), "bc5cdr", BC5CDR_FILES),
+           "ncbi-disease": (("Disease",), "ncbi-disease", NCBI_FILES)}
 
 
 class ConversionStats(Tally):
-    """What corpus_docs did: documents, mentions, exact, expanded, overlapping."""
+    """What corpus_docs did: documents, mentions, exact, expanded, overlapping, missing (spans of
+    tokens left unannotated)."""
 
     def summary(self) -> str:
         return (
             f"{self.documents} documents, {self.mentions} mentions: {self.exact} on token boundaries, "
             f"{self.expanded} widened to the tokens that hold them, {self.overlapping} left out as "
-            "overlapping another mention."
+            f"overlapping another mention; {self.missing} chemical names left unannotated."
         )
 
 
-def corpus_docs(corpus: Corpus, nlp, stats: ConversionStats) -> List[Doc]:
-    """One Doc per document with the gold mentions as entities.
+# The MeSH D branches whose names BC5CDR marks as chemicals: inorganic, organic, heterocyclic and
+# polycyclic compounds, hormones, carbohydrates, lipids, amino acids, materials, mixtures and drugs
+# by action; not enzymes, proteins, peptides, nucleic acids or biological factors (D08, D12.644,
+# D12.776, D13, D23), which it leaves unmarked as NCBI-disease does.
+CHEMICAL_TREES = ("D01", "D02", "D03", "D04", "D06", "D09", "D10", "D12.125", "D20", "D25", "D26", "D27")
+
+
+def chemical_matcher(nlp):
+    """A PhraseMatcher (lower case) of the bundled index's chemical names (CHEMICAL_TREES), of
+    four characters or more, for the chemicals a disease-only corpus leaves unmarked."""
+    from spacy.matcher import PhraseMatcher
+
+    from spacy_sapbert.assets import default_kb
+
+    kb, _ = default_kb()
+    names = {name.lower() for concept in kb if concept.has_type(CHEMICAL_TREES)
+             for name in concept.names if len(name) >= 4 and ", " not in name}
+    matcher = PhraseMatcher(nlp.vocab, attr="LOWER")
+    matcher.add("Chemical", list(nlp.tokenizer.pipe(sorted(names))))
+    return matcher
+
+
+def corpus_docs(corpus: Corpus, nlp, stats: ConversionStats, labels: Tuple[str, ...] = LABELS,
+                unmarked=None) -> List[Doc]:
+    """One Doc per document with the gold mentions of `labels` as entities.
 
     A mention that does not fall on token boundaries is widened to whole tokens (spaCy's
     "expand"), so no mention is lost silently; overlapping mentions (rare in BC5CDR) keep the
-    first and are counted.
+    first and are counted. unmarked: a matcher whose matches outside the mentions are left
+    missing (a corpus's unannotated label).
     """
     docs = []
     for document in corpus.documents:
         doc = nlp.make_doc(document.text)
         spans, taken = [], set()
         for mention in sorted(document.mentions, key=lambda m: (m.start, -m.end)):
-            if mention.type not in LABELS:
+            # A one-label corpus's mention classes (NCBI's SpecificDisease, Modifier, …) are that label.
+            label = labels[0] if len(labels) == 1 else mention.type
+            if label not in labels:
                 continue
             stats.mentions += 1
-            span = doc.char_span(mention.start, mention.end, label=mention.type)
+            span = doc.char_span(mention.start, mention.end, label=label)
             if span is None:
-                span = doc.char_span(mention.start, mention.end, label=mention.type, alignment_mode="expand")
+                span = doc.char_span(mention.start, mention.end, label=label, alignment_mode="expand")
                 stats.expanded += 1
             else:
                 stats.exact += 1
@@ -62,24 +101,58 @@ def corpus_docs(corpus: Corpus, nlp, stats: ConversionStats) -> List[Doc]:
                 continue
             taken.update(range(span.start, span.end))
             spans.append(span)
-        doc.ents = spans
+        missing = []
+        if unmarked is not None:
+            from spacy.util import filter_spans
+
+            matches = filter_spans([doc[start:end] for _, start, end in unmarked(doc)])
+            missing = [m for m in matches if not taken.intersection(range(m.start, m.end))]
+            stats.missing += len(missing)
+        doc.set_ents(spans, missing=missing, default="outside")
         docs.append(doc)
         stats.documents += 1
     return docs
 
 
-def convert(data_dir: Path, output_dir: Path) -> List[Tuple[str, ConversionStats]]:
-    """Write train.spacy and dev.spacy from BC5CDR's PubTator files."""
+def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr",),
+            held_out_fold: Optional[int] = None) -> List[Tuple[str, ConversionStats]]:
+    """Write train.spacy and dev.spacy from the corpora's PubTator files, and each corpus's
+    dev documents apart (dev-CORPUS.spacy). held_out_fold: train.spacy holds the other train
+    folds (protocol.train_fold's documents) and dev.spacy, dev-CORPUS.spacy that fold, where a
+    recipe is chosen before dev is read."""
+    from .data.protocol import TRAIN_FOLDS
+
     # The tokens the NER trains on: its config's before_init gives its own tokenizer the same rules.
     nlp = biomedical_tokens(spacy.blank("en"))
     output_dir.mkdir(parents=True, exist_ok=True)
+    matcher = None
+    parts: Dict[str, List[Doc]] = {}
     results = []
-    for split, filename in BC5CDR_FILES.items():
-        stats = ConversionStats()
-        # Unlinkable mentions (-1) are still mentions: NER keeps them.
-        corpus = read_pubtator(data_dir / "bc5cdr" / filename, keep_unlinkable=True)
-        DocBin(docs=corpus_docs(corpus, nlp, stats)).to_disk(output_dir / f"{split}.spacy")
-        results.append((split, stats))
+    for corpus_name in corpora:
+        if corpus_name not in CORPORA:
+            raise ValueError(f"--corpora names {corpus_name!r}; the NER trains on {', '.join(CORPORA)}.")
+        labels, folder, files = CORPORA[corpus_name]
+        if "Chemical" not in labels and matcher is None:
+            matcher = chemical_matcher(nlp)
+        for split, filename in files.items():
+            if held_out_fold is not None and split == "dev":
+                continue
+            stats = ConversionStats()
+            # Unlinkable mentions (-1) are still mentions: NER keeps them.
+            corpus = read_pubtator(data_dir / folder / filename, keep_unlinkable=True)
+            docs = corpus_docs(corpus, nlp, stats, labels, None if "Chemical" in labels else matcher)
+            if held_out_fold is None:
+                parts.setdefault(split, []).extend(docs)
+                parts[f"{split}-{corpus_name}"] = docs
+            else:
+                ordered = sorted(zip(corpus.documents, docs), key=lambda pair: pair[0].doc_id)
+                held = [doc for i, (_, doc) in enumerate(ordered) if i % TRAIN_FOLDS == held_out_fold]
+                parts.setdefault("train", []).extend(doc for i, (_, doc) in enumerate(ordered) if i % TRAIN_FOLDS != held_out_fold)
+                parts.setdefault("dev", []).extend(held)
+                parts[f"dev-{corpus_name}"] = held
+            results.append((f"{corpus_name} {split}", stats))
+    for part, docs in parts.items():
+        DocBin(docs=docs).to_disk(output_dir / f"{part}.spacy")
     return results
 
 
@@ -95,12 +168,15 @@ def main():
 def convert_command(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder laid out as ../shared/data (its default)."),
     output_dir: Path = typer.Option(..., "--output-dir", help="Where train.spacy and dev.spacy go; keep it out of the repository."),
+    corpora: str = typer.Option("bc5cdr,ncbi-disease", "--corpora", help="Comma-separated: bc5cdr, ncbi-disease."),
+    held_out_fold: Optional[int] = typer.Option(None, "--held-out-fold", help="Train on the other train folds and write this one as dev.spacy (choosing a recipe); none: train and dev."),
 ):
-    """Convert BC5CDR train and dev for `spacy train`."""
+    """Convert the corpora's train and dev for `spacy train`."""
     from .data.datasets import DEFAULT_DATA_DIR
 
     try:
-        results = convert(data_dir or DEFAULT_DATA_DIR, output_dir)
+        results = convert(data_dir or DEFAULT_DATA_DIR, output_dir, [c.strip() for c in corpora.split(",") if c.strip()],
+                          held_out_fold)
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err), exits=1)
     for split, stats in results:
@@ -111,6 +187,7 @@ def convert_command(
 def bundle_command(
     model: Path = typer.Argument(..., help="A trained pipeline, such as runs/ner/model-best."),
     output: Path = typer.Option(DEMO_NER, "--output", help="Where the demo looks for it (the package's assets/ner)."),
+    metrics: List[Path] = typer.Option([], "--metrics", help="evaluate --end-to-end outputs whose span scores go into the pipeline's meta (performance)."),
 ):
     """Copy a trained NER into the package, where `spacy-sapbert link` and `make demo` find it."""
     try:
@@ -119,7 +196,20 @@ def bundle_command(
         msg.fail(f"{model} is not a spaCy pipeline ({str(err).splitlines()[0]}); train it with `spacy project run ner`.", exits=1)
     if "ner" not in nlp.pipe_names:
         msg.fail(f"{model} has no ner pipe; the demo needs one that sets doc.ents.", exits=1)
-    nlp.meta["name"] = "sapbert_demo_ner"
+    from spacy_sapbert import __version__
+
+    nlp.meta.update({
+        "name": "sapbert_ner", "version": __version__, "license": "MIT",
+        "description": "Disease and Chemical mentions in PubMed-style text: a CPU tok2vec + NER trained on "
+                       "BC5CDR and NCBI-disease train (spacy_sapbert.training.ner).",
+        "sources": [{"name": "BC5CDR (BioCreative V CDR) train", "url": "https://biocreative.bioinformatics.udel.edu/",
+                     "license": "BioCreative research licence"},
+                    {"name": "NCBI-disease train", "url": "https://www.ncbi.nlm.nih.gov/CBBresearch/Dogan/DISEASE/",
+                     "license": "public domain"},
+                    {"name": "MeSH (chemical names left unannotated in NCBI-disease)", "license": "NLM terms"}],
+        # what evaluate --end-to-end measured (span P/R/F1 per corpus, split and label), not spaCy's own dev scoring
+        "performance": {f"{m['dataset']} {m['split']}": m["span"] for m in (json.loads(p.read_text()) for p in metrics)},
+    })
     # Training leaves every corpus token in the string store; the model needs none of them
     # (its embeddings hash the features), so only a blank pipeline's strings and the labels
     # are kept and no list of corpus words ships with the package.
@@ -129,8 +219,7 @@ def bundle_command(
         shutil.rmtree(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     nlp.to_disk(output)
-    scores = nlp.meta.get("performance", {})
-    msg.good(f"Bundled {model} into {output} (dev F1 {100 * scores.get('ents_f', 0):.1f}).")
+    msg.good(f"Bundled {model} into {output}; score it with `evaluate --end-to-end`.")
 
 
 if __name__ == "__main__":

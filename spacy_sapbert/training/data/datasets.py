@@ -139,7 +139,7 @@ def read_pubtator(path: PathLike, types: Optional[Sequence[str]] = None, keep_un
         doc.mentions.append(Mention(doc.doc_id, start, end, doc.text[start:end], kind, ids, composite,
                                     parts if len(parts) == len(ids) and all(parts) else []))
     if n_unlinkable:
-        logger.info("%s: left out %d unlinkable (-1) mentions.", path, n_unlinkable)
+        logger.info("%s: %s %d unlinkable (-1) mentions.", path, "kept" if keep_unlinkable else "left out", n_unlinkable)
     return Corpus(ordered, n_unlinkable)
 
 

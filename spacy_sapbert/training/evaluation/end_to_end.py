@@ -141,7 +141,7 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
     linker = nlp.get_pipe("sapbert_linker")
     nil_attr = linker.attributes["nil_candidates"]
     ner = [name for name in nlp.pipe_names
-           if nlp.get_pipe_meta(name).factory in ("ner", "entity_ruler", "span_ruler", "tok2vec")]
+           if nlp.get_pipe_meta(name).factory in ("ner", "sapbert_ner", "entity_ruler", "span_ruler", "tok2vec")]
     counts: Counter = Counter()
     ids = list(texts)
     docs, made = [], []  # made: each gold mention's entity boundaries (expanded to whole tokens)
