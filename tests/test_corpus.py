@@ -181,6 +181,9 @@ def test_a_two_worker_ray_run_writes_what_one_process_writes(abstracts, tmp_path
     assert _shards(tmp_path / "out") == single and len(single) == 300
 
 
+# A Ray cluster killed midway and started again: 90 s of the suite on 2 busy cores, so it runs
+# with `make test-slow`; the local engine's resume is tested above on every run.
+@pytest.mark.slow
 @needs_ray_and_data
 def test_a_killed_ray_run_resumes_with_no_document_lost_or_doubled(abstracts, tmp_path):
     folder, single = abstracts
