@@ -195,13 +195,10 @@ class SapbertNER:
             for start, end, label, score in spans:
                 span = doc.char_span(start, end, label=label, alignment_mode="expand")
                 if span is not None and span.text.strip():
+                    # kept in doc.user_data under the span's offsets and label, so doc.ents' spans read it
                     span._.ner_score = score
                     ents.append(span)
-            # ner_score lives on each Span object; the kept ones are the spans set.
-            kept = filter_spans(ents)
-            doc.ents = kept
-            for ent, span in zip(doc.ents, kept):
-                ent._.ner_score = span._.ner_score
+            doc.ents = filter_spans(ents)
 
     def __call__(self, doc: Doc) -> Doc:
         self.set_annotations([doc])

@@ -120,7 +120,7 @@ def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr"
     dev documents apart (dev-CORPUS.spacy). held_out_fold: train.spacy holds the other train
     folds (protocol.train_fold's documents) and dev.spacy, dev-CORPUS.spacy that fold, where a
     recipe is chosen before dev is read."""
-    from .data.protocol import TRAIN_FOLDS
+    from .data.protocol import fold_split
 
     # The tokens the NER trains on: its config's before_init gives its own tokenizer the same rules.
     nlp = biomedical_tokens(spacy.blank("en"))
@@ -143,13 +143,13 @@ def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr"
             docs = corpus_docs(corpus, nlp, stats, labels, None if "Chemical" in labels else matcher)
             if held_out_fold is None:
                 parts.setdefault(split, []).extend(docs)
-                parts[f"{split}-{corpus_name}"] = docs
+                if split == "dev":
+                    parts[f"dev-{corpus_name}"] = docs
             else:
-                ordered = sorted(zip(corpus.documents, docs), key=lambda pair: pair[0].doc_id)
-                held = [doc for i, (_, doc) in enumerate(ordered) if i % TRAIN_FOLDS == held_out_fold]
-                parts.setdefault("train", []).extend(doc for i, (_, doc) in enumerate(ordered) if i % TRAIN_FOLDS != held_out_fold)
-                parts.setdefault("dev", []).extend(held)
-                parts[f"dev-{corpus_name}"] = held
+                held, rest = fold_split(list(zip(corpus.documents, docs)), held_out_fold, key=lambda pair: pair[0].doc_id)
+                parts.setdefault("train", []).extend(doc for _, doc in rest)
+                parts.setdefault("dev", []).extend(doc for _, doc in held)
+                parts[f"dev-{corpus_name}"] = [doc for _, doc in held]
             results.append((f"{corpus_name} {split}", stats))
     for part, docs in parts.items():
         DocBin(docs=docs).to_disk(output_dir / f"{part}.spacy")

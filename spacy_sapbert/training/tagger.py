@@ -39,9 +39,10 @@ def corpus_documents(split: str, data_dir: Path, held_out_fold: Optional[int] = 
                      ) -> Dict[str, List[Tuple[str, List[Mention], str]]]:
     """Each corpus's documents of `split` as (text, mentions, corpus). With `held_out_fold`
     and split "train": {"train": the other folds' documents, "held": fold `held_out_fold`'s}
-    (protocol.train_fold's documents); else {split: every document}."""
+    (protocol.fold_split over the distinct document ids: a document a corpus repeats, as NCBI
+    train does one, is one document here); else {split: every document}."""
     from .data import datasets as ds
-    from .data.protocol import TRAIN_FOLDS
+    from .data.protocol import fold_split
     from .evaluation.end_to_end import CORPORA
 
     out: Dict[str, List[Tuple[str, List[Mention], str]]] = {}
@@ -52,9 +53,13 @@ def corpus_documents(split: str, data_dir: Path, held_out_fold: Optional[int] = 
             for doc in ds.load_pubtator_split(dataset, split, data_dir, keep_unlinkable=True).documents:
                 texts[doc.doc_id] = doc.text
                 mentions.setdefault(doc.doc_id, []).extend((m.start, m.end, label) for m in doc.mentions)
-        for i, doc_id in enumerate(sorted(texts)):
-            part = split if held_out_fold is None else ("held" if i % TRAIN_FOLDS == held_out_fold else "train")
-            out.setdefault(part, []).append((texts[doc_id], sorted(mentions.get(doc_id, [])), corpus))
+        if held_out_fold is None:
+            parts = {split: sorted(texts)}
+        else:
+            held, rest = fold_split(texts, held_out_fold)
+            parts = {"held": held, "train": rest}
+        for part, doc_ids in parts.items():
+            out.setdefault(part, []).extend((texts[i], sorted(mentions.get(i, [])), corpus) for i in doc_ids)
     return out
 
 

@@ -256,15 +256,22 @@ TRAIN_FOLD = "train-fold"
 TRAIN_FOLDS = 5
 
 
-def train_fold(corpus: ds.Corpus, fold: int) -> Tuple[ds.Corpus, List[Mention]]:
-    """Fold `fold` (0 to TRAIN_FOLDS - 1) of a train corpus: every TRAIN_FOLDS-th document in id
-    order, from the `fold`-th on; and the mentions of the other documents, its training names."""
+def fold_split(items: Sequence, fold: int, key=None) -> Tuple[list, list]:
+    """Fold `fold` (0 to TRAIN_FOLDS - 1) of `items`: every TRAIN_FOLDS-th in `key` order (a
+    stable sort), from the `fold`-th on; and the others, in that order."""
     if not 0 <= fold < TRAIN_FOLDS:
         raise ValueError(f"fold {fold} is not a train fold; give 0 to {TRAIN_FOLDS - 1}.")
-    documents = sorted(corpus.documents, key=lambda doc: doc.doc_id)
-    held = [doc for i, doc in enumerate(documents) if i % TRAIN_FOLDS == fold]
-    others = [m for i, doc in enumerate(documents) if i % TRAIN_FOLDS != fold for m in doc.mentions]
-    return ds.Corpus(held), others
+    ordered = sorted(items, key=key)
+    return ([x for i, x in enumerate(ordered) if i % TRAIN_FOLDS == fold],
+            [x for i, x in enumerate(ordered) if i % TRAIN_FOLDS != fold])
+
+
+def train_fold(corpus: ds.Corpus, fold: int) -> Tuple[ds.Corpus, List[Mention]]:
+    """Fold `fold` (0 to TRAIN_FOLDS - 1) of a train corpus: every TRAIN_FOLDS-th document in id
+    order, from the `fold`-th on (fold_split); and the mentions of the other documents, its
+    training names."""
+    held, others = fold_split(corpus.documents, fold, key=lambda doc: doc.doc_id)
+    return ds.Corpus(held), [m for doc in others for m in doc.mentions]
 
 
 def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int = 0,
