@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "spacy_sapbert"
 TRAINING = RUNTIME / "training"
@@ -26,6 +28,7 @@ def _imported(path: Path):
 
 
 def test_importing_the_runtime_does_not_import_training():
+    pytest.importorskip("torch")  # encoders.transformer is imported too
     code = (
         "import sys, spacy_sapbert, spacy_sapbert.cli, spacy_sapbert.pipe.bundled, spacy_sapbert.encoders.transformer; "
         "bad = [m for m in sys.modules if m.startswith(('training', 'spacy_sapbert.training'))]; "
@@ -52,3 +55,22 @@ def test_data_preparation_does_not_import_the_harness():
 def test_the_only_top_level_package_is_spacy_sapbert():
     packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
     assert packages == ["spacy_sapbert"], packages
+
+
+def test_the_tested_floors_are_the_claimed_floors():
+    """requirements-floors.txt, which CI installs the runtime against, holds each runtime
+    dependency's lower bound as setup.cfg's install_requires writes it, and nothing else."""
+    import configparser
+    import re
+
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    claimed = {}
+    for line in setup["options"]["install_requires"].splitlines():
+        found = re.match(r"([\w.-]+)>=([\w.]+)", line.strip())
+        if found:
+            claimed[found.group(1).lower()] = found.group(2)
+    tested = dict(line.split("==") for line in (ROOT / "requirements-floors.txt").read_text().splitlines()
+                  if line and not line.startswith("#"))
+    pad = lambda version: version + ".0" * (2 - version.count("."))  # noqa: E731 (1.25 and 1.25.0 are one floor)
+    assert {name: pad(v) for name, v in tested.items()} == {name: pad(v) for name, v in claimed.items()}

@@ -246,6 +246,8 @@ def test_not_utf8_names_the_line_in_every_format(tmp_path, format):
 @pytest.mark.parametrize("format", sorted(GOOD_LINES) + ["obo"])
 @pytest.mark.parametrize("data", [bytes(range(256)) * 4, b"\x1f\x8b\x08\x00garbage", b"\x00" * 64 + b"\n\xff\xfe"])
 def test_binary_input_is_a_format_error(tmp_path, format, data):
+    if format == "obo":
+        pytest.importorskip("pronto")
     path = tmp_path / "kb.bin"
     path.write_bytes(data)
     with pytest.raises(KBFormatError, match=r"kb\.bin(:\d+)?: "):
@@ -555,6 +557,7 @@ is_obsolete: true
 
 
 def test_classic_obo_text_loads_through_pronto(tmp_path):
+    pytest.importorskip("pronto")
     import gzip
 
     path = tmp_path / "hp.obo"
@@ -568,6 +571,7 @@ def test_classic_obo_text_loads_through_pronto(tmp_path):
 
 
 def test_broken_classic_obo_gets_one_sentence(tmp_path):
+    pytest.importorskip("pronto")
     path = tmp_path / "hp.obo"
     path.write_text(CLASSIC_OBO.replace('synonymtypedef: layperson "layperson term"\n', ""))
     with pytest.raises(KBFormatError, match=r"hp\.obo: term HP:0002315 cannot be read \(undeclared synonym type"):

@@ -44,8 +44,10 @@ def test_the_readme_quick_start_runs_verbatim():
 
 
 def test_the_readme_knowledge_base_example_builds_and_links(tmp_path):
-    """Its JSONL line as my_kb.jsonl, its build-index command as written, then the pipe over that
-    index links the concept's alias."""
+    """Its JSONL line as my_kb.jsonl and the same concept as HPO's OBO Graphs JSON (hp.json), its
+    build-index commands as written, then the pipe over each index links the concept's alias."""
+    import json
+
     import spacy
     from spacy.tokens import Span
 
@@ -53,14 +55,19 @@ def test_the_readme_knowledge_base_example_builds_and_links(tmp_path):
     line = re.search(r"```json\n(.*?)\n```", section, re.S).group(1)
     command = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
     (tmp_path / "my_kb.jsonl").write_text(line + "\n", encoding="utf-8")
+    concept = json.loads(line)
+    node = {"id": "http://purl.obolibrary.org/obo/" + concept["concept_id"].replace(":", "_"), "lbl": concept["canonical_name"],
+            "type": "CLASS", "meta": {"synonyms": [{"pred": "hasExactSynonym", "val": a} for a in concept["aliases"]]}}
+    (tmp_path / "hp.json").write_text(json.dumps({"graphs": [{"nodes": [node]}]}), encoding="utf-8")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    result = subprocess.run(command, shell=True, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    result = subprocess.run("set -e\n" + command, shell=True, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    nlp = spacy.blank("en")
-    nlp.add_pipe("sapbert_linker", config={"index": {"index": str(tmp_path / "my_index")}})
-    doc = nlp.make_doc("cephalgia")
-    doc.ents = [Span(doc, 0, 1, "Disease")]
-    assert nlp(doc).ents[0]._.cui == "HP:0002315"
+    for index in ("my_index", "hp_index"):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("sapbert_linker", config={"index": {"index": str(tmp_path / index)}})
+        doc = nlp.make_doc("cephalgia")
+        doc.ents = [Span(doc, 0, 1, "Disease")]
+        assert nlp(doc).ents[0]._.cui == "HP:0002315", index
 
 
 def test_the_readme_pipeline_links_alike_in_two_processes():

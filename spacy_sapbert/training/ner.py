@@ -200,6 +200,8 @@ def bundle_command(
 
     nlp.meta.update({
         "name": "sapbert_ner", "version": __version__, "license": "MIT",
+        # the spaCy releases setup.cfg allows, each tested (CI runs the runtime tests at the floors)
+        "spacy_version": ">=3.7.5,<3.9.0",
         "description": "Disease and Chemical mentions in PubMed-style text: a CPU tok2vec + NER trained on "
                        "BC5CDR and NCBI-disease train (spacy_sapbert.training.ner).",
         "sources": [{"name": "BC5CDR (BioCreative V CDR) train", "url": "https://biocreative.bioinformatics.udel.edu/",
