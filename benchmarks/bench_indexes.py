@@ -43,7 +43,7 @@ def queries(index_dir: Path, data_dir: Path, out: Path) -> Path:
     from spacy_sapbert.assets import default_model_path
     from spacy_sapbert.encoders.loading import load_encoder
     from spacy_sapbert.search.index import ConceptIndex
-    from spacy_sapbert.training.data.datasets import load_pubtator_split
+    from spacy_sapbert_training.data.datasets import load_pubtator_split
 
     texts = sorted({m.text for dataset in ("ncbi-disease", "bc5cdr-disease", "bc5cdr-chemical")
                     for doc in load_pubtator_split(dataset, "dev", data_dir).documents for m in doc.mentions})

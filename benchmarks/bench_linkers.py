@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 def gold_docs(nlp, data_dir: Path):
     """NCBI dev documents with doc.ents set from the gold spans, and each entity's gold ids."""
-    from spacy_sapbert.training.data.datasets import load_pubtator_split
+    from spacy_sapbert_training.data.datasets import load_pubtator_split
 
     docs, golds = [], []
     for document in load_pubtator_split("ncbi-disease", "dev", data_dir).documents:
@@ -104,7 +104,7 @@ def measure(system: str, data_dir: Path, threads: int, index: str = "default", v
         golds = [[{linker.kb.resolve_id(g) or g for g in gold} for gold in doc_golds] for doc_golds in golds]
         build = linker.index.meta.get("build_seconds")
     else:
-        from spacy_sapbert.training.evaluation.systems import ScispacyLinker
+        from spacy_sapbert_training.evaluation.systems import ScispacyLinker
 
         kb = default_mesh_kb() if scispacy_kb == "mesh" else default_kb()[0]
         folder = cache_dir() / "bench" / ("scispacy-mesh-C-F03-D" if scispacy_kb == "mesh" else f"scispacy-{kb.name}")
@@ -119,7 +119,7 @@ def measure(system: str, data_dir: Path, threads: int, index: str = "default", v
     load = time.perf_counter() - start
     # The timed window starts on a collected heap: the load leaves a full collection pending
     # (0.18 s over our KB's objects), and whether it fell inside the 0.3 s window or not hung
-    # on how many objects any imported module made (one more import in spacy_sapbert.training.data.datasets
+    # on how many objects any imported module made (one more import in spacy_sapbert_training.data.datasets
     # took ours from 2,300 to 1,500 mentions/s). Both systems get the same treatment.
     gc.collect()
     start = time.perf_counter()

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from spacy_sapbert.assets import base_model_path  # noqa: E402
 from spacy_sapbert.encoders.transformer import resolve_device  # noqa: E402
-from spacy_sapbert.training.trainer.config import TrainConfig  # noqa: E402
-from spacy_sapbert.training.trainer.loop import PairEncoder, Trainer, _amp_settings  # noqa: E402
+from spacy_sapbert_training.trainer.config import TrainConfig  # noqa: E402
+from spacy_sapbert_training.trainer.loop import PairEncoder, Trainer, _amp_settings  # noqa: E402
 
 WORDS = "chronic acute renal hepatic failure syndrome deficiency carcinoma type disease".split()
 

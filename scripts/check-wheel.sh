@@ -67,7 +67,12 @@ except ValueError as err:
 else:
     raise AssertionError('fp32 was accepted at add_pipe without torch')
 "
-echo "spacy-sapbert link works there, and fp32 names the gpu extra"
+# The training package's command says where it lives, in one line, where only the runtime is.
+if said=$("$work/venv/bin/spacy-sapbert" evaluate --dataset ncbi-disease 2>&1); then
+    echo "spacy-sapbert evaluate ran on the runtime install"; exit 1
+fi
+[[ "$said" == *"pip install -e training"* ]] || { echo "spacy-sapbert evaluate said: $said"; exit 1; }
+echo "spacy-sapbert link works there, fp32 names the gpu extra, and evaluate names the training package"
 
 # The README's bring-your-own-KB command, verbatim, on the runtime install (no torch: the names
 # are encoded with the bundled int8 export), and a link with the index it writes.

@@ -7,7 +7,7 @@ use, so importing the package costs nothing, and the modules training needs (`en
 `cache`, `ranking`, `kb`) import on a machine that has torch but neither spaCy nor FAISS. The
 layers, top down: `cli` → `pipe` → `candidates` → `ranking` → `search` + `encoders` → `kb`;
 `corpus` links whole corpora through the pipe (docs/CONTRIBUTING.md). The runtime never imports
-`spacy_sapbert.training`.
+`spacy_sapbert_training`.
 """
 import importlib as _importlib
 

@@ -452,16 +452,34 @@ def _named_info() -> None:
               max_col=max(len(cell) for row in rows for cell in row), title='Knowledge bases by name: config={"index": {"index": NAME}}, or build-index --kb NAME')
 
 
-# Other installed packages add commands through this entry-point group (the project's
-# training code adds `evaluate`), so the runtime never imports them itself.
+# Other installed packages add commands through this entry-point group (the training package,
+# spacy-sapbert-training in the repository's training/ folder, adds `evaluate`), so the runtime
+# never imports them itself.
 COMMAND_GROUP = "spacy_sapbert_commands"
+# What the training package adds, said in one sentence where it is not installed.
+TRAINING_COMMANDS = ("evaluate",)
 
 
 def _add_plugin_commands() -> None:
     from importlib.metadata import entry_points
 
+    added = set()
     for entry in entry_points(group=COMMAND_GROUP):
         app.command(entry.name)(entry.load())
+        added.add(entry.name)
+    for name in TRAINING_COMMANDS:
+        if name not in added:
+            app.command(name, context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+                        add_help_option=False, help="(needs the training package)")(_needs_training(name))
+
+
+def _needs_training(name: str):
+    def command(ctx: typer.Context) -> None:
+        msg.fail(f"`spacy-sapbert {name}` is part of the training package, which lives in the repository's "
+                 "training/ folder and is not installed here: from a checkout, `pip install -e training` "
+                 "(or `make install-dev`).", exits=1)
+
+    return command
 
 
 def run() -> None:

@@ -3,9 +3,9 @@ for the harness (document_abbreviations) and the pipe (long_forms) alike."""
 import pytest
 import spacy
 
-from spacy_sapbert.training.data import datasets as ds
+from spacy_sapbert_training.data import datasets as ds
 from spacy_sapbert.pipe.abbreviations import expand_abbreviations, linked_text, short_form_segments
-from spacy_sapbert.training.data.protocol import build_queries, document_abbreviations
+from spacy_sapbert_training.data.protocol import build_queries, document_abbreviations
 
 from conftest import SHARED_DATA, ruler_nlp
 

@@ -8,9 +8,9 @@ import torch
 
 pytest.importorskip("peft")
 
-from spacy_sapbert.training.trainer.adapters import linear_layers, rank_for  # noqa: E402
-from spacy_sapbert.training.trainer.config import TrainConfig, TrainingConfigError  # noqa: E402
-from spacy_sapbert.training.trainer.loop import Trainer  # noqa: E402
+from spacy_sapbert_training.trainer.adapters import linear_layers, rank_for  # noqa: E402
+from spacy_sapbert_training.trainer.config import TrainConfig, TrainingConfigError  # noqa: E402
+from spacy_sapbert_training.trainer.loop import Trainer  # noqa: E402
 
 
 def adapter_config(tiny_model, fraction, **training):

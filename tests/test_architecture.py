@@ -4,14 +4,16 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("spacy_sapbert",)
+# The runtime, and the training package beside it (training/).
+FOLDERS = {"spacy_sapbert": ROOT / "spacy_sapbert", "spacy_sapbert_training": ROOT / "training" / "spacy_sapbert_training"}
+PACKAGES = tuple(FOLDERS)
 MAX_LINES = 60
 
 
 def _modules():
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+    for package, folder in FOLDERS.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder.parent).with_suffix("").parts
             yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
 
 

@@ -1,5 +1,6 @@
-"""The runtime stands alone: no module outside `spacy_sapbert.training` imports the training code,
-and a built wheel holds no top-level package but `spacy_sapbert`."""
+"""The runtime stands alone: the training code is its own package beside it (training/,
+`spacy_sapbert_training`), which no runtime module imports, and the runtime's distribution holds no
+package but `spacy_sapbert`."""
 import ast
 import subprocess
 import sys
@@ -9,12 +10,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "spacy_sapbert"
-TRAINING = RUNTIME / "training"
+TRAINING = ROOT / "training" / "spacy_sapbert_training"
 
 
 def _imported(path: Path):
     """Absolute names of the modules `path` imports, relative imports resolved."""
-    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    top = TRAINING.parent if TRAINING in path.parents else ROOT
+    package = ".".join(path.relative_to(top).with_suffix("").parts[:-1])
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
@@ -31,7 +33,7 @@ def test_importing_the_runtime_does_not_import_training():
     pytest.importorskip("torch")  # encoders.transformer is imported too
     code = (
         "import sys, spacy_sapbert, spacy_sapbert.cli, spacy_sapbert.pipe.bundled, spacy_sapbert.encoders.transformer; "
-        "bad = [m for m in sys.modules if m.startswith(('training', 'spacy_sapbert.training'))]; "
+        "bad = [m for m in sys.modules if m.startswith(('training', 'spacy_sapbert_training'))]; "
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -39,22 +41,29 @@ def test_importing_the_runtime_does_not_import_training():
 
 def test_no_runtime_module_names_training():
     for path in RUNTIME.rglob("*.py"):
-        if TRAINING in path.parents:
-            continue
         bad = [name for name in _imported(path) if name.split(".")[0] in ("training", "pytorch_metric_learning")
-               or name.startswith("spacy_sapbert.training")]
+               or name.startswith("spacy_sapbert_training")]
         assert not bad, (path, bad)
 
 
 def test_data_preparation_does_not_import_the_harness():
     for path in (TRAINING / "data").rglob("*.py"):
-        bad = [name for name in _imported(path) if name.startswith("spacy_sapbert.training.evaluation")]
+        bad = [name for name in _imported(path) if name.startswith("spacy_sapbert_training.evaluation")]
         assert not bad, (path, bad)
 
 
-def test_the_only_top_level_package_is_spacy_sapbert():
+def test_the_top_level_is_the_runtime_beside_the_training_code():
+    """As the design card draws it: spacy_sapbert/ (the runtime, the only package setup.cfg
+    builds), training/ (its own package), project.yml, tests/, setup.cfg."""
+    import configparser
+
     packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
     assert packages == ["spacy_sapbert"], packages
+    assert all((ROOT / name).exists() for name in ("training/pyproject.toml", "project.yml", "tests", "setup.cfg"))
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    assert setup["options.packages.find"]["include"].split() == ["spacy_sapbert", "spacy_sapbert.*"]
+    assert "spacy_sapbert_commands" not in setup["options.entry_points"]
 
 
 def test_the_tested_floors_are_the_claimed_floors():

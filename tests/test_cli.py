@@ -308,3 +308,20 @@ import spacy_sapbert.cli, spacy_sapbert.corpus.shards, spacy_sapbert.pipe.linker
 assert spacy_sapbert.corpus.shards._peak_rss_mb() == 0.0
 """
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_training_command_without_the_training_package_says_where_it_lives(monkeypatch):
+    """Where only the runtime is installed, `spacy-sapbert evaluate …` answers in one sentence
+    naming the training package, whatever its arguments."""
+    import typer
+
+    from spacy_sapbert import cli
+
+    monkeypatch.setattr(cli, "app", typer.Typer())
+    cli.app.command("info")(lambda: None)
+    monkeypatch.setattr("importlib.metadata.entry_points", lambda group: [])
+    cli._add_plugin_commands()
+    result = CliRunner().invoke(cli.app, ["evaluate", "--dataset", "ncbi-disease", "--split", "dev"])
+    assert result.exit_code == 1
+    assert "training package" in result.output and "pip install -e training" in result.output
+    assert len(result.output.strip().splitlines()) <= 3  # one sentence, as wrapped on a narrow terminal

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from spacy_sapbert.training.evaluation import conceptual
+from spacy_sapbert_training.evaluation import conceptual
 
 
 def test_mcsm_maximum_is_the_papers_11_09():
@@ -48,7 +48,7 @@ def test_synonym_pairs_split_concepts_into_two_fixed_halves(tiny_kb):
 
 def test_evaluate_prints_mcsm_and_pair_f1(tiny_model, tiny_kb, monkeypatch):
     from spacy_sapbert import assets
-    from spacy_sapbert.training.evaluation import evaluate
+    from spacy_sapbert_training.evaluation import evaluate
 
     monkeypatch.setattr(assets, "default_kb", lambda: (tiny_kb, {}))
     scores = evaluate.run("mcsm", "dev", "model", "standard", None, str(tiny_model))

@@ -2,7 +2,7 @@
 import spacy
 
 from spacy_sapbert.encoders.base import MENTION_END, MENTION_START, in_window, mention_of
-from spacy_sapbert.training.data.contexts import context_nlp, context_pairs, contexts, name_matcher
+from spacy_sapbert_training.data.contexts import context_nlp, context_pairs, contexts, name_matcher
 
 
 def test_names_are_found_case_insensitively_longest_first_in_their_windows(tiny_kb):

@@ -9,8 +9,8 @@ import torch
 from spacy_sapbert.encoders.base import MENTION_END, MENTION_START, recorded_context
 from tests.conftest import DEMO_PATTERNS, ruler_nlp
 from tests.test_project import _write_context_pairs
-from spacy_sapbert.training.trainer.config import TrainConfig, TrainingConfigError
-from spacy_sapbert.training.trainer.loop import Trainer
+from spacy_sapbert_training.trainer.config import TrainConfig, TrainingConfigError
+from spacy_sapbert_training.trainer.loop import Trainer
 
 WINDOW, MAX_LENGTH = 12, 48  # the tiny model has 64 positions
 
@@ -103,9 +103,9 @@ def test_the_pipe_encodes_each_mention_in_its_sentence(contextual_model, tiny_kb
 
 
 def test_the_harness_asks_a_mention_in_its_window_or_alone(tiny_kb):
-    from spacy_sapbert.training.data.datasets import Mention
-    from spacy_sapbert.training.evaluation.evaluate import Task, part_windows
-    from spacy_sapbert.training.data.protocol import Query
+    from spacy_sapbert_training.data.datasets import Mention
+    from spacy_sapbert_training.evaluation.evaluate import Task, part_windows
+    from spacy_sapbert_training.data.protocol import Query
 
     text = "Metformin helps. Then lactic acidosis came."
     start = text.index("lactic")

@@ -152,7 +152,7 @@ needs_ray_and_data = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def abstracts(tmp_path_factory):
-    from spacy_sapbert.training.data.datasets import load_pubtator_split
+    from spacy_sapbert_training.data.datasets import load_pubtator_split
 
     folder = tmp_path_factory.mktemp("bc5cdr") / "in"
     folder.mkdir()

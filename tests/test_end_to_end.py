@@ -2,7 +2,7 @@
 import pytest
 from conftest import ruler_nlp
 
-from spacy_sapbert.training.evaluation import end_to_end
+from spacy_sapbert_training.evaluation import end_to_end
 
 
 def test_spans_and_links_are_scored_per_label(tiny_model, tiny_index_dir, monkeypatch, tmp_path):

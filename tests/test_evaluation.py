@@ -3,10 +3,10 @@ import json
 import pytest
 
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
-from spacy_sapbert.training.data import datasets as ds
-from spacy_sapbert.training.evaluation.evaluate import Task, evaluate_linking
-from spacy_sapbert.training.evaluation.scoring import accuracy_at_k
-from spacy_sapbert.training.data.protocol import (
+from spacy_sapbert_training.data import datasets as ds
+from spacy_sapbert_training.evaluation.evaluate import Task, evaluate_linking
+from spacy_sapbert_training.evaluation.scoring import accuracy_at_k
+from spacy_sapbert_training.data.protocol import (
     TextNormaliser,
     build_queries,
     composite_gold,
@@ -15,7 +15,7 @@ from spacy_sapbert.training.data.protocol import (
     split_composite,
     add_training_names,
 )
-from spacy_sapbert.training.evaluation.systems import CharTfidf, ExactMatch
+from spacy_sapbert_training.evaluation.systems import CharTfidf, ExactMatch
 
 TITLE = "Duchenne muscular dystrophy (DMD) and breast and ovarian cancer."
 ABSTRACT = "DMD boys were studied. Ataxia-telangiectasia was absent."
@@ -203,7 +203,7 @@ def test_evaluate_linking_end_to_end():
 
 
 def test_report_writes_summary_and_plot(tmp_path):
-    from spacy_sapbert.training.evaluation.report import plot_accuracy_at_k, write_summary
+    from spacy_sapbert_training.evaluation.report import plot_accuracy_at_k, write_summary
 
     for system, acc in (("tfidf", 0.8), ("model", 0.9)):
         metrics = {"dataset": "ncbi-disease", "split": "dev", "system": system, "protocol": "lenient", "n": 10,
@@ -220,7 +220,7 @@ def test_report_writes_summary_and_plot(tmp_path):
 def test_model_results_are_filed_under_the_model_and_its_files(tiny_model, tmp_path):
     import shutil
 
-    from spacy_sapbert.training.evaluation.report import model_key
+    from spacy_sapbert_training.evaluation.report import model_key
 
     copy = shutil.copytree(tiny_model, tmp_path / "model")
     first = model_key(str(copy), "int8")
@@ -271,7 +271,7 @@ def test_acc_at_1_over_reachable_queries_stands_beside_the_headline():
 
 
 def test_train_folds_split_the_documents_and_learn_from_the_others():
-    from spacy_sapbert.training.data.protocol import TRAIN_FOLDS, train_fold
+    from spacy_sapbert_training.data.protocol import TRAIN_FOLDS, train_fold
 
     docs = [ds.Document(f"{i:03d}", "x", [ds.Mention(f"{i:03d}", 0, 1, f"m{i}", "Disease", ["D1"])]) for i in range(12)]
     corpus = ds.Corpus(list(reversed(docs)))

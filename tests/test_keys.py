@@ -10,7 +10,7 @@ import torch
 
 from spacy_sapbert.encoders.settings import read_settings, write_settings
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
-from spacy_sapbert.training.data.keys import (
+from spacy_sapbert_training.data.keys import (
     KeySetError,
     embed_keyset,
     kb_keyset,
@@ -20,11 +20,11 @@ from spacy_sapbert.training.data.keys import (
     write_keyset,
     xref_concept,
 )
-from spacy_sapbert.training.data.protocol import TextNormaliser
-from spacy_sapbert.training.trainer.batches import QueryBatches
-from spacy_sapbert.training.trainer.config import TrainConfig, TrainingConfigError
-from spacy_sapbert.training.trainer.loop import Trainer
-from spacy_sapbert.training.trainer.objective import KeyTargets, ObjectiveError, SynonymMarginalLoss
+from spacy_sapbert_training.data.protocol import TextNormaliser
+from spacy_sapbert_training.trainer.batches import QueryBatches
+from spacy_sapbert_training.trainer.config import TrainConfig, TrainingConfigError
+from spacy_sapbert_training.trainer.loop import Trainer
+from spacy_sapbert_training.trainer.objective import KeyTargets, ObjectiveError, SynonymMarginalLoss
 
 
 def unit(rows):
@@ -232,7 +232,7 @@ def tiny_keys(tiny_kb, tiny_model, tmp_path, monkeypatch):
 
 
 def test_keys_embedded_again_record_the_model_as_named(tiny_kb, tiny_model, tmp_path, monkeypatch):
-    """A key set embedded again (`spacy_sapbert.training.data.keys embed`, as on a GPU machine) reads as it was written:
+    """A key set embedded again (`spacy_sapbert_training.data.keys embed`, as on a GPU machine) reads as it was written:
     the same vectors, and its model named as given, not by this machine's path to it, so it
     trains beside key sets written with that name."""
     import spacy_sapbert.assets
@@ -303,7 +303,7 @@ def test_a_student_keeps_the_layers_it_names(tiny_model, tiny_keys, tmp_path):
 def test_package_stores_only_what_training_changed_and_loads_whole(tiny_model, tiny_keys, tmp_path, monkeypatch):
     from spacy_sapbert.encoders.transformer import TorchEncoder
     from spacy_sapbert.encoders.base import EncoderError, recorded_marginal_tau
-    from spacy_sapbert.training.trainer.package import package_model
+    from spacy_sapbert_training.trainer.package import package_model
 
     final = Trainer(keys_config(tiny_model, max_steps=3), None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
     packaged = package_model(final, tmp_path / "package", base=str(tiny_model))
@@ -339,7 +339,7 @@ def test_a_trained_query_encoder_exports_to_int8_and_indexes_with_the_keys_model
 
 
 def test_key_sources_name_how_often_an_epoch_visits_them(tmp_path):
-    from spacy_sapbert.training.trainer.loop import key_source
+    from spacy_sapbert_training.trainer.loop import key_source
 
     assert key_source("corpus/keys/cadec*3") == (Path("corpus/keys/cadec"), 3)
     assert key_source("corpus/keys/odd*name") == (Path("corpus/keys/odd*name"), 1)
@@ -380,7 +380,7 @@ def test_the_finetune_command_trains_on_key_sets_with_repeats(tiny_model, tiny_k
 
     repo = Path(__file__).resolve().parents[1]
     result = subprocess.run(
-        [sys.executable, "-m", "spacy_sapbert.training.trainer.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
+        [sys.executable, "-m", "spacy_sapbert_training.trainer.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
          "--keys", f"{tmp_path / 'keys'}*2", "--output", str(tmp_path / "run"), "--model", str(tiny_model),
          "--training.max_steps", "2", "--training.batch_size", "4", "--training.device", "cpu",
          "--objective.sparse_weight", "0"],
@@ -389,7 +389,7 @@ def test_the_finetune_command_trains_on_key_sets_with_repeats(tiny_model, tiny_k
     record = read_settings(tmp_path / "run" / "model")["training"]
     assert record["keys"] == [f"{tmp_path / 'keys'}*2"] and record["steps"] == 2
     missing = subprocess.run(
-        [sys.executable, "-m", "spacy_sapbert.training.trainer.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
+        [sys.executable, "-m", "spacy_sapbert_training.trainer.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
          "--output", str(tmp_path / "other"), "--model", str(tiny_model)],
         capture_output=True, text=True, cwd=repo, timeout=300)
     assert missing.returncode == 1 and "give key sets with --keys" in missing.stderr
@@ -398,7 +398,7 @@ def test_the_finetune_command_trains_on_key_sets_with_repeats(tiny_model, tiny_k
 def test_an_unknown_ontology_for_queries_is_named_in_one_sentence(tmp_path):
     from typer.testing import CliRunner
 
-    from spacy_sapbert.training.data.keys import app
+    from spacy_sapbert_training.data.keys import app
 
     result = CliRunner().invoke(app, ["task", "--dataset", "cadec", "--output", str(tmp_path / "k"),
                                       "--ontologies", "hp,snomed"])

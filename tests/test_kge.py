@@ -4,8 +4,8 @@ import json
 import numpy as np
 
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
-from spacy_sapbert.training.trainer import kge
-from spacy_sapbert.training.trainer.objective import kge_table
+from spacy_sapbert_training.trainer import kge
+from spacy_sapbert_training.trainer.objective import kge_table
 
 
 def _kb():

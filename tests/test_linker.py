@@ -472,8 +472,8 @@ def test_the_harness_and_the_pipe_link_alike(tiny_model, tiny_kb, tiny_index_dir
     from spacy.tokens import Span
 
     from conftest import SHARED_DATA
-    from spacy_sapbert.training.data import datasets as ds
-    from spacy_sapbert.training.evaluation.evaluate import make_system
+    from spacy_sapbert_training.data import datasets as ds
+    from spacy_sapbert_training.evaluation.evaluate import make_system
 
     texts = ["type 2 diabetes", "Lactic acidosis", "renal failure", "tumours", "NO", "cisplatin toxicity"]
     if (SHARED_DATA / "ncbi-disease").exists():

@@ -74,7 +74,7 @@ def test_the_int8_export_carries_the_tau(marginal_model, tmp_path, monkeypatch):
 
 
 def test_the_harness_ranks_as_the_pipe_does(marginal_model, tiny_kb, tmp_path, monkeypatch):
-    from spacy_sapbert.training.evaluation.systems import EncoderSystem
+    from spacy_sapbert_training.evaluation.systems import EncoderSystem
 
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
     system = EncoderSystem(tiny_kb, str(marginal_model))

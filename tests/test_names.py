@@ -5,8 +5,8 @@ import pytest
 from spacy_sapbert.kb import KBFormatError
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
 from spacy_sapbert.kb.formats import read_names
-from spacy_sapbert.training.data import datasets as ds
-from spacy_sapbert.training.data.names import corpus_names, older_ids, write_names
+from spacy_sapbert_training.data import datasets as ds
+from spacy_sapbert_training.data.names import corpus_names, older_ids, write_names
 
 
 def mention(text, *ids):
@@ -67,7 +67,7 @@ def test_a_name_without_a_letter_or_digit_is_refused(tmp_path):
 
 
 def test_names_are_checked_against_the_index_the_linker_reads(tiny_index_dir, tmp_path):
-    from spacy_sapbert.training.data.names import index_kb
+    from spacy_sapbert_training.data.names import index_kb
 
     kb, label_types = index_kb(str(tiny_index_dir))
     assert kb.resolve_id("D008687") == "D008687" and isinstance(label_types, dict)
@@ -76,7 +76,7 @@ def test_names_are_checked_against_the_index_the_linker_reads(tiny_index_dir, tm
 
 
 def test_table_rules_choose_which_names_a_table_keeps():
-    from spacy_sapbert.training.data.names import TableRules
+    from spacy_sapbert_training.data.names import TableRules
 
     known = {"D1": "D1", "D2": "D2", "D3": "D3"}
     mentions = [mention("toxicity", "D1"), mention("toxicity", "D1"), mention("toxicity", "D2"),

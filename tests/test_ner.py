@@ -3,8 +3,8 @@ import spacy
 from spacy.tokens import DocBin
 
 from spacy_sapbert.pipe.tokenization import biomedical_tokens
-from spacy_sapbert.training.data.datasets import read_pubtator
-from spacy_sapbert.training.ner import ConversionStats, convert, corpus_docs
+from spacy_sapbert_training.data.datasets import read_pubtator
+from spacy_sapbert_training.ner import ConversionStats, convert, corpus_docs
 
 TEXT_T = "Cisplatin-induced nephrotoxicity"
 TEXT_A = "Rats got cisplatin and aminoCAT; renal failure followed. NTG (NTG)-induced pain."

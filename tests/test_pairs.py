@@ -7,15 +7,15 @@ from typer.testing import CliRunner
 
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
 from spacy_sapbert.kb.formats import read_jsonl, write_jsonl
-from spacy_sapbert.training.data.datasets import Mention
-from spacy_sapbert.training.data.ontology import (
+from spacy_sapbert_training.data.datasets import Mention
+from spacy_sapbert_training.data.ontology import (
     absorb_mesh_twins,
     load_source,
     merge_ontologies,
     read_mesh_mappings,
     reference_key,
 )
-from spacy_sapbert.training.data.pairs import (
+from spacy_sapbert_training.data.pairs import (
     PairFormatError,
     PairStats,
     app,
@@ -153,7 +153,7 @@ def test_a_mesh_target_of_two_mondo_concepts_merges_neither(caplog):
         Concept("MONDO:1", "high blood pressure", xrefs=["MESH:D006973"]),
         Concept("MONDO:2", "essential hypertension", xrefs=["MSH:D006973"]),
     ], name="mondo")
-    with caplog.at_level(logging.INFO, logger="spacy_sapbert.training.data.ontology"):
+    with caplog.at_level(logging.INFO, logger="spacy_sapbert_training.data.ontology"):
         merged = merge_ontologies([mesh_kb(), mondo])
     assert len(merged) == 5
     assert merged.cui_to_entity["D006973"].names == ["Hypertension"]
@@ -168,7 +168,7 @@ def test_a_merged_concept_holds_one_concept_per_source(caplog):
     mondo = KnowledgeBase([
         Concept("MONDO:1", "hypertensive diabetes", xrefs=["MESH:D003924", "MESH:D006973"]),
     ], name="mondo")
-    with caplog.at_level(logging.INFO, logger="spacy_sapbert.training.data.ontology"):
+    with caplog.at_level(logging.INFO, logger="spacy_sapbert_training.data.ontology"):
         merged = merge_ontologies([mesh_kb(), mondo])
     assert {"D003924", "D006973"} <= set(merged.cui_to_entity)
     assert len(merged) == 3
@@ -234,7 +234,7 @@ def test_mention_pairs_count_unknown_ids_and_composite_mentions(tiny_kb, caplog)
         mention("breast and ovarian cancer", ["D001943", "D010051"], composite=True),
         mention("fever", ["OMIM:000000"]),
     ]
-    with caplog.at_level(logging.WARNING, logger="spacy_sapbert.training.data.pairs"):
+    with caplog.at_level(logging.WARNING, logger="spacy_sapbert_training.data.pairs"):
         pairs, stats = mention_pairs(mentions, tiny_kb, names_per_mention=2)
     assert (stats.mentions, stats.used, stats.composite, stats.unknown) == (4, 2, 1, 1)
     assert "OMIM:000000" in caplog.text and "1 of 4 mentions" in caplog.text
@@ -297,7 +297,7 @@ def test_a_mondo_concept_whose_mesh_xrefs_name_one_mesh_concept_folds_into_it():
 
 
 def test_a_pairs_file_names_the_line_that_is_not_utf8_and_drops_a_bom(tmp_path):
-    from spacy_sapbert.training.data.pairs import PairFormatError
+    from spacy_sapbert_training.data.pairs import PairFormatError
 
     lines = [f"C{i}||name {i}||synonym {i}\n".encode() for i in range(1, 3000)]
     lines[2400] = b"C2401||caf\xe9||cafe\n"  # Latin-1, deep enough to fall in a later read block

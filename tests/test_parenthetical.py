@@ -125,9 +125,9 @@ class _Scored:
 
 def test_the_harness_follows_parentheticals_as_the_pipe_does():
     from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
-    from spacy_sapbert.training.data import datasets as ds
-    from spacy_sapbert.training.data.protocol import build_queries
-    from spacy_sapbert.training.evaluation.evaluate import Task, evaluate_linking
+    from spacy_sapbert_training.data import datasets as ds
+    from spacy_sapbert_training.data.protocol import build_queries
+    from spacy_sapbert_training.evaluation.evaluate import Task, evaluate_linking
 
     text = "amrubicin (SM-5887) was given; SM-5887 was well tolerated."
     kb = KnowledgeBase([Concept("C1", "amrubicin"), Concept("C2", "SM 5880")])

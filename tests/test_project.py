@@ -61,7 +61,7 @@ def test_each_workflow_makes_its_own_inputs():
 def test_every_script_module_exists():
     modules = {argv[argv.index("-m") + 1] for command in project_config()["commands"]
                for line in command["script"] for argv in [shlex.split(line)] if "-m" in argv}
-    assert "spacy_sapbert.training.trainer.pretrain" in modules
+    assert "spacy_sapbert_training.trainer.pretrain" in modules
     assert [module for module in sorted(modules) if importlib.util.find_spec(module) is None] == []
 
 
@@ -137,8 +137,8 @@ def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, 
 def _write_context_pairs(path: Path, kb_file: Path) -> None:
     """What `spacy project run contexts` writes from the train abstracts, from two sentences."""
     from spacy_sapbert.kb.formats import read_jsonl
-    from spacy_sapbert.training.data.contexts import context_nlp, context_pairs, contexts, name_matcher
-    from spacy_sapbert.training.data.pairs import write_pairs
+    from spacy_sapbert_training.data.contexts import context_nlp, context_pairs, contexts, name_matcher
+    from spacy_sapbert_training.data.pairs import write_pairs
 
     kb, nlp = read_jsonl(kb_file), context_nlp()
     text = ("Patients with type 2 diabetes took metformin daily. Two developed lactic acidosis. "

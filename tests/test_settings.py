@@ -138,10 +138,10 @@ def test_a_cached_export_written_before_sapbert_json_still_loads(tiny_model, tmp
 
 def test_a_trained_model_and_its_package_record_one_sapbert_json(tiny_model, tiny_pairs, tmp_path):
     from spacy_sapbert.encoders.transformer import TorchEncoder
-    from spacy_sapbert.training.trainer.checkpoint import latest_checkpoint
-    from spacy_sapbert.training.trainer.config import TrainConfig
-    from spacy_sapbert.training.trainer.package import package_model
-    from spacy_sapbert.training.trainer.loop import Trainer
+    from spacy_sapbert_training.trainer.checkpoint import latest_checkpoint
+    from spacy_sapbert_training.trainer.config import TrainConfig
+    from spacy_sapbert_training.trainer.package import package_model
+    from spacy_sapbert_training.trainer.loop import Trainer
 
     start = shutil.copytree(tiny_model, tmp_path / "start")
     (start / LEGACY_FILES["training"]).write_text(json.dumps({"steps": 7, "torch": "x"}, indent=2) + "\n")

@@ -110,7 +110,7 @@ def test_pack_writes_a_compact_supplement(tiny_index_dir, tiny_model, tmp_path, 
 
     from typer.testing import CliRunner
 
-    from spacy_sapbert.training.data.chemicals import app
+    from spacy_sapbert_training.data.chemicals import app
 
     main = tmp_path / "main"
     shutil.copytree(tiny_index_dir, main)
@@ -126,7 +126,7 @@ def test_pack_writes_a_compact_supplement(tiny_index_dir, tiny_model, tmp_path, 
 
 def test_the_chemicals_kb_adds_what_the_index_lacks(monkeypatch):
     from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
-    from spacy_sapbert.training.data import chemicals
+    from spacy_sapbert_training.data import chemicals
 
     linking = KnowledgeBase([Concept("D008687", "Metformin", ["glucophage"], ["D02.078"]),
                              Concept("D003920", "Diabetes Mellitus", [], ["C18.452"])])
@@ -144,7 +144,7 @@ def test_a_names_table_reads_the_supplement_s_ids_as_the_index_s(supplemented_di
     """An id only the supplement holds is no older id to a names table: the table builder reads
     the index's KB with the supplement's concepts (named by their rows)."""
     from spacy_sapbert.search.supplement import supplement_concepts
-    from spacy_sapbert.training.data.names import index_kb
+    from spacy_sapbert_training.data.names import index_kb
 
     added = supplement_concepts(supplemented_dir / "supplement", known={"D008687"})
     assert [(c.concept_id, c.names) for c in added] == [(ASPIRIN, ["Aspirin", "acetylsalicylic acid"])]

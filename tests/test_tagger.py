@@ -30,7 +30,7 @@ def test_windows_cover_every_wordpiece_and_each_takes_its_most_central_window():
 
 
 def test_a_corpus_that_marks_no_chemicals_leaves_them_possible_outside_its_mentions():
-    from spacy_sapbert.training.tagger import TAGS as TRAINED, allowed_tags
+    from spacy_sapbert_training.tagger import TAGS as TRAINED, allowed_tags
 
     offsets = [(0, 5), (6, 9), (9, 12), (13, 20)]
     mentions = [(6, 12, "Disease")]
@@ -47,7 +47,7 @@ def tiny_tagger(tiny_model, tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForTokenClassification
 
-    from spacy_sapbert.training.tagger import export
+    from spacy_sapbert_training.tagger import export
 
     path = tmp_path_factory.mktemp("tagger-model")
     config = BertConfig.from_pretrained(tiny_model, num_labels=len(TAGS), id2label=dict(enumerate(TAGS)))
@@ -94,7 +94,7 @@ def test_a_pipe_without_its_model_says_so(tmp_path):
 
 
 def test_a_bundled_tagger_loads_with_the_biomedical_tokenizer_and_its_meta(tiny_tagger, tmp_path):
-    from spacy_sapbert.training.tagger import bundle
+    from spacy_sapbert_training.tagger import bundle
 
     out = bundle(tiny_tagger, tmp_path / "ner", {"bc5cdr dev": {"f1": 0.5}})
     nlp = spacy.load(out)

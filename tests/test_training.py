@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from spacy_sapbert.encoders.settings import read_settings
-from spacy_sapbert.training.trainer.batches import PairBatches
-from spacy_sapbert.training.trainer.checkpoint import latest_checkpoint
-from spacy_sapbert.training.trainer.config import TrainConfig, TrainingConfigError, parse_overrides
-from spacy_sapbert.training.trainer.loop import Trainer, lr_factor
-from spacy_sapbert.training.trainer.objective import ObjectiveConfig, ObjectiveError, SelfAlignmentObjective
+from spacy_sapbert_training.trainer.batches import PairBatches
+from spacy_sapbert_training.trainer.checkpoint import latest_checkpoint
+from spacy_sapbert_training.trainer.config import TrainConfig, TrainingConfigError, parse_overrides
+from spacy_sapbert_training.trainer.loop import Trainer, lr_factor
+from spacy_sapbert_training.trainer.objective import ObjectiveConfig, ObjectiveError, SelfAlignmentObjective
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -212,8 +212,8 @@ RUN_SCRIPT = """
 import os, signal, sys
 import torch
 torch.set_num_threads(1)
-from spacy_sapbert.training.trainer.config import TrainConfig
-from spacy_sapbert.training.trainer.loop import Trainer
+from spacy_sapbert_training.trainer.config import TrainConfig
+from spacy_sapbert_training.trainer.loop import Trainer
 model, pairs, output, mode = sys.argv[1:5]
 config = TrainConfig.from_dict({{
     "model": {{"name_or_path": model, "pooling": "mean"}},
@@ -312,7 +312,7 @@ class Hide(importlib.machinery.PathFinder):  # as if these packages were not ins
         return importlib.machinery.PathFinder.find_spec(name, path, target)
 sys.meta_path = [Hide if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
 sys.argv = ["pretrain"] + sys.argv[1:]
-runpy.run_module("spacy_sapbert.training.trainer.pretrain", run_name="__main__")
+runpy.run_module("spacy_sapbert_training.trainer.pretrain", run_name="__main__")
 """
 
 
@@ -341,7 +341,7 @@ def test_resume_with_another_process_count_is_refused(tiny_model, tiny_pairs, tm
 def test_two_process_ddp_on_cpu(tiny_model, tiny_pairs, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
-           "-m", "spacy_sapbert.training.trainer.pretrain", "--pairs", str(tiny_pairs), "--output", str(tmp_path),
+           "-m", "spacy_sapbert_training.trainer.pretrain", "--pairs", str(tiny_pairs), "--output", str(tmp_path),
            "--model", str(tiny_model), "--model.pooling", "mean", "--training.device", "cpu",
            "--training.batch_size", "4", "--training.max_steps", "3", "--training.save_every", "2",
            "--training.log_every", "1"]
@@ -358,7 +358,7 @@ def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, ti
     from safetensors.torch import load_file
 
     from spacy_sapbert.encoders.transformer import TorchEncoder
-    from spacy_sapbert.training.trainer.package import package_model
+    from spacy_sapbert_training.trainer.package import package_model
 
     final = Trainer(tiny_config(tiny_model, max_steps=2), tiny_pairs, tmp_path / "run").train()
     metrics = tmp_path / "metrics"
@@ -375,7 +375,7 @@ def test_package_writes_fp16_weights_a_card_and_loads_for_linking(tiny_model, ti
 
 
 def _rewrite_manifest(checkpoint):
-    from spacy_sapbert.training.trainer.checkpoint import MANIFEST_FILE
+    from spacy_sapbert_training.trainer.checkpoint import MANIFEST_FILE
     from spacy_sapbert.cache import file_records
 
     files = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
@@ -399,7 +399,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tiny_model, ti
         data = bytearray(weights.read_bytes())
         data[-300:-100] = bytes(200)
         weights.write_bytes(bytes(data))
-    with caplog.at_level("WARNING", logger="spacy_sapbert.training.trainer.checkpoint"):
+    with caplog.at_level("WARNING", logger="spacy_sapbert_training.trainer.checkpoint"):
         final = Trainer(tiny_config(tiny_model, max_steps=4, save_every=1, keep_checkpoints=2), tiny_pairs, run).train(resume=True)
     assert any("step-00000004 is damaged" in r.message for r in caplog.records)
     from safetensors.torch import load_file
@@ -497,8 +497,8 @@ def test_prototype_batches_mine_the_nearest_other_concepts_names(tiny_pairs):
     names of other concepts nearest the prototypes' mean in the index the model last refreshed."""
     import numpy as np
 
-    from spacy_sapbert.training.trainer.batches import PrototypeBatches
-    from spacy_sapbert.training.data.pairs import read_pairs
+    from spacy_sapbert_training.trainer.batches import PrototypeBatches
+    from spacy_sapbert_training.data.pairs import read_pairs
 
     batches = PrototypeBatches(read_pairs(tiny_pairs), concepts=2, prototypes=1, positives=3, negatives=4, seed=0)
     vectors = np.random.default_rng(0).normal(size=(len(batches.names), 8)).astype(np.float32)
@@ -538,7 +538,7 @@ def centroid_loss():
     loss returned, in order."""
     import catalogue
 
-    from spacy_sapbert.training.trainer.registry import losses
+    from spacy_sapbert_training.trainer.registry import losses
 
     returned = []
 

@@ -2,7 +2,7 @@
 import pytest
 
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
-from spacy_sapbert.training.data import vocabulary
+from spacy_sapbert_training.data import vocabulary
 
 
 def test_a_source_adds_names_no_concept_bears_and_only_to_concepts_it_holds(monkeypatch, caplog):

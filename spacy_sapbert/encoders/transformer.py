@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 # weights come from (its word embeddings, say, which training kept frozen) and their sha256.
 # BASE_FILE: the file a directory written before settings.SETTINGS_FILE holds it in.
 BASE_FILE = LEGACY_FILES["base"]
-# peft's record of an adapter trained alone (spacy_sapbert.training.trainer.adapters): loaded onto its base and merged.
+# peft's record of an adapter trained alone (spacy_sapbert_training.trainer.adapters): loaded onto its base and merged.
 ADAPTER_FILE = "adapter_config.json"
 
 
@@ -133,7 +133,7 @@ def marker_ids(tokenizer) -> Tuple[int, int]:
     ids = tokenizer.convert_tokens_to_ids([MENTION_START, MENTION_END])
     if tokenizer.unk_token_id in ids or None in ids:
         raise EncoderError(f"The tokenizer has no {MENTION_START} and {MENTION_END} tokens, which \"mention\" pooling "
-                           "needs; train the model on contexts (spacy_sapbert.training.data.contexts) first, or use mean pooling.")
+                           "needs; train the model on contexts (spacy_sapbert_training.data.contexts) first, or use mean pooling.")
     return tuple(ids)
 
 

@@ -3,10 +3,10 @@ concepts (drugs in development, salts, reagents; C… ids mapped to descriptors 
 the drug names MeSH lacks (brand and former names, kb.drug_names), as one KB for the bundled
 index's supplement (search.supplement):
 
-    python -m spacy_sapbert.training.data.chemicals kb --linking-kb corpus/linking_kb.jsonl \
+    python -m spacy_sapbert_training.data.chemicals kb --linking-kb corpus/linking_kb.jsonl \
         --output corpus/chemicals_kb.jsonl
     spacy-sapbert build-index --kb corpus/chemicals_kb.jsonl --model default --output runs/chemicals-index ...
-    python -m spacy_sapbert.training.data.chemicals pack runs/chemicals-index \
+    python -m spacy_sapbert_training.data.chemicals pack runs/chemicals-index \
         spacy_sapbert_index/index/supplement --dim 320 --pq-bytes 40
 
 A supplementary concept keeps all its names. A concept of the linking KB appears with only the

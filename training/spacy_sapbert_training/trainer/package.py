@@ -1,4 +1,4 @@
-"""`python -m spacy_sapbert.training.trainer.package`: a trained model in fp16 safetensors with a model card.
+"""`python -m spacy_sapbert_training.trainer.package`: a trained model in fp16 safetensors with a model card.
 
 The output is what dists/model/spacy_sapbert_model/model holds: weights in fp16 (sharded into files of
 at most 15 MB; with --base, only those training changed), the tokenizer, the settings

@@ -1,12 +1,12 @@
 """The synonym pairs SapBERT trains on: `cui||name1||name2` positive pairs (≤ 50 per concept)
 of a knowledge base's names for self-alignment pretraining, and (mention, gold synonym) pairs of
 a dataset's train mentions for fine-tuning; their files, and the commands that write them and
-the merged ontology (spacy_sapbert.training.data.ontology) that pretraining pairs come from.
+the merged ontology (spacy_sapbert_training.data.ontology) that pretraining pairs come from.
 
-    python -m spacy_sapbert.training.data.pairs ontology --sources mesh,mesh-supplementary,mondo,doid,hp \
+    python -m spacy_sapbert_training.data.pairs ontology --sources mesh,mesh-supplementary,mondo,doid,hp \
         --output corpus/ontology.jsonl
-    python -m spacy_sapbert.training.data.pairs pretrain corpus/ontology.jsonl --output corpus/pretrain_pairs.txt.gz
-    python -m spacy_sapbert.training.data.pairs finetune --dataset ncbi-disease --data-dir ../shared/data \
+    python -m spacy_sapbert_training.data.pairs pretrain corpus/ontology.jsonl --output corpus/pretrain_pairs.txt.gz
+    python -m spacy_sapbert_training.data.pairs finetune --dataset ncbi-disease --data-dir ../shared/data \
         --output corpus/finetune_pairs.txt.gz
 """
 import gzip
@@ -230,7 +230,7 @@ def read_pairs(path: PathLike) -> List[Pair]:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"Pairs file {path} does not exist; build it with `python -m spacy_sapbert.training.data.pairs`.")
+        raise FileNotFoundError(f"Pairs file {path} does not exist; build it with `python -m spacy_sapbert_training.data.pairs`.")
     opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
     pairs: List[Pair] = []
     try:

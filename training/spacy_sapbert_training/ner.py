@@ -8,7 +8,7 @@ diseases. So in an NCBI-disease document the tokens of a chemical name the bundl
 NER learns neither "chemical" nor "outside" from them; every other token outside a disease
 mention is outside. Both corpora's diseases share one label.
 
-    python -m spacy_sapbert.training.ner convert --output-dir corpus/ner [--held-out-fold 0]
+    python -m spacy_sapbert_training.ner convert --output-dir corpus/ner [--held-out-fold 0]
 """
 import json
 import logging
@@ -203,7 +203,7 @@ def bundle_command(
         # the spaCy releases setup.cfg allows, each tested (CI runs the runtime tests at the floors)
         "spacy_version": ">=3.7.5,<3.9.0",
         "description": "Disease and Chemical mentions in PubMed-style text: a CPU tok2vec + NER trained on "
-                       "BC5CDR and NCBI-disease train (spacy_sapbert.training.ner).",
+                       "BC5CDR and NCBI-disease train (spacy_sapbert_training.ner).",
         "sources": [{"name": "BC5CDR (BioCreative V CDR) train", "url": "https://biocreative.bioinformatics.udel.edu/",
                      "license": "BioCreative research licence"},
                     {"name": "NCBI-disease train", "url": "https://www.ncbi.nlm.nih.gov/CBBresearch/Dogan/DISEASE/",

@@ -8,8 +8,8 @@ its loss is the marginal likelihood of the tags that leave it outside a disease 
 I-Chemical) rather than of O alone; BC5CDR's wordpieces and NCBI's disease mentions train on
 their one gold tag. Both corpora's Disease mentions share one label.
 
-    python -m spacy_sapbert.training.tagger train --output runs/tagger [--held-out-fold 0]
-    python -m spacy_sapbert.training.tagger export runs/tagger/model --output spacy_sapbert/assets/ner
+    python -m spacy_sapbert_training.tagger train --output runs/tagger [--held-out-fold 0]
+    python -m spacy_sapbert_training.tagger export runs/tagger/model --output spacy_sapbert/assets/ner
 """
 import json
 import logging
@@ -23,7 +23,7 @@ import numpy as np
 import typer
 from wasabi import msg
 
-from ..pipe.tagger import FORMAT_VERSION, MODEL_FILE, TAGGER_META, TOKENIZER_FILE, bio_tags, decode_tags, windows
+from spacy_sapbert.pipe.tagger import FORMAT_VERSION, MODEL_FILE, TAGGER_META, TOKENIZER_FILE, bio_tags, decode_tags, windows
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def predict(model, tokenizer, texts: Sequence[str], max_length: int, stride: int
     """The spans a torch model tags, decoded as the pipe decodes them."""
     import torch
 
-    from ..pipe.tagger import best_window
+    from spacy_sapbert.pipe.tagger import best_window
 
     out = []
     model.eval()
@@ -169,7 +169,7 @@ def train(output: Path, data_dir: Path, held_out_fold: Optional[int], epochs: in
     import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from ..assets import base_model_path
+    from spacy_sapbert.assets import base_model_path
 
     torch.manual_seed(seed)
     random.seed(seed)
@@ -232,7 +232,7 @@ def export(model_dir: Path, output: Path) -> Path:
     import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from ..encoders.onnx import _quantise_weights
+    from spacy_sapbert.encoders.onnx import _quantise_weights
 
     settings = json.loads((model_dir / "tagger_training.json").read_text())
     model = AutoModelForTokenClassification.from_pretrained(model_dir).eval()
@@ -266,8 +266,8 @@ def bundle(tagger_dir: Path, output: Path, performance: Optional[dict] = None) -
 
     import spacy
 
-    from .. import __version__
-    from ..pipe.tokenization import biomedical_tokens
+    from spacy_sapbert import __version__
+    from spacy_sapbert.pipe.tokenization import biomedical_tokens
 
     nlp = biomedical_tokens(spacy.blank("en"))
     nlp.add_pipe("sapbert_ner").from_disk(tagger_dir)

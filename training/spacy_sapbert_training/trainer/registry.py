@@ -34,7 +34,7 @@ def registered(registry: catalogue.Registry, name: str, setting: str, error: Typ
     if name not in registry:
         known = ", ".join(sorted(registry.get_all()))
         raise error(f"Unknown {setting} {name!r}; use one of {known}, or register one with "
-                    f"spacy_sapbert.training.trainer.registry.{registry.namespace[-1]}.register.")
+                    f"spacy_sapbert_training.trainer.registry.{registry.namespace[-1]}.register.")
     return registry.get(name)
 
 

@@ -4,7 +4,7 @@ KB are made from.
 Each source (MeSH, its supplementary concepts, MONDO, DOID, HPO, ChEBI, a UMLS release or a KB
 JSONL file) loads as a knowledge base; merge_ontologies joins the concepts that name one thing
 through their cross-references, and absorb_mesh_twins folds finer concepts into the one MeSH
-concept they point at, for linking to MeSH-coded corpora. `python -m spacy_sapbert.training.data.pairs ontology`
+concept they point at, for linking to MeSH-coded corpora. `python -m spacy_sapbert_training.data.pairs ontology`
 runs both and writes the result.
 """
 import dataclasses

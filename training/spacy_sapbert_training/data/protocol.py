@@ -280,7 +280,7 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
     base vocabulary plus training mentions — train for dev, train and dev for test — with the
     names training mentions give a concept left to it, unless `training_precedence` is False:
     add_training_names). split "train" gives the train mentions as queries against the dev
-    split's dictionary: what training against frozen keys (spacy_sapbert.training.data.keys) learns from.
+    split's dictionary: what training against frozen keys (spacy_sapbert_training.data.keys) learns from.
     split "train-fold" gives fold `fold` of the train documents (train_fold) as queries against
     the base vocabulary plus the other folds' mentions: where rules and settings are chosen,
     so that dev is read once. vocabulary: the chemical dictionary's name sources

@@ -4,7 +4,7 @@ to place among them.
 The CPU recipe of this project trains only the query (mention) side. The names of a dictionary
 are embedded once by the model whose vector space an index holds (the base, for the bundled
 index) and kept frozen; the query encoder learns BioSyn's synonym-marginal likelihood over all
-of them (spacy_sapbert.training.trainer.objective.SynonymMarginalLoss). Because the keys never move, the trained
+of them (spacy_sapbert_training.trainer.objective.SynonymMarginalLoss). Because the keys never move, the trained
 encoder answers to the keys' model fingerprint (`sapbert_teacher.json`) and any index built by
 that model serves it, the bundled one included.
 
@@ -17,12 +17,12 @@ A key set is a folder:
 
 Two sources write one:
 
-    python -m spacy_sapbert.training.data.keys task --dataset ncbi-disease --output corpus/keys/ncbi-disease
-    python -m spacy_sapbert.training.data.keys kb --kb default --output corpus/keys/linking-kb
+    python -m spacy_sapbert_training.data.keys task --dataset ncbi-disease --output corpus/keys/ncbi-disease
+    python -m spacy_sapbert_training.data.keys kb --kb default --output corpus/keys/linking-kb
 
 `task`: a benchmark's train mentions (standard protocol: abbreviations resolved, lower-cased,
 punctuation removed; composites left out) as queries, and as keys the dictionary its dev split
-is scored against (base vocabulary plus train mentions, spacy_sapbert.training.data.protocol.prepare).
+is scored against (base vocabulary plus train mentions, spacy_sapbert_training.data.protocol.prepare).
 `kb`: self-alignment, every name of a knowledge base (at most `max_per_concept` of each concept)
 is a query whose positives are its concept's other names.
 
@@ -124,7 +124,7 @@ def _require(folder: Path, files: Sequence[str]) -> None:
     missing = [f for f in files if not (folder / f).exists()]
     if missing:
         raise KeySetError(f"{folder} is not a key set: it lacks {', '.join(missing)}; write it with "
-                          "`python -m spacy_sapbert.training.data.keys`.")
+                          "`python -m spacy_sapbert_training.data.keys`.")
 
 
 def read_keyset(folder: PathLike) -> KeySet:

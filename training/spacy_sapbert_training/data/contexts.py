@@ -8,7 +8,7 @@ pairs `cui||LEFT [Ms] MENTION [Me] RIGHT||SYNONYM`, with `window` tokens of its 
 (the mention's and as many each side as fit; encoders.base.in_window, which the pipe's sentence mode
 and the harness use too), for the pair trainer.
 
-    python -m spacy_sapbert.training.data.contexts corpus/linking_kb.jsonl --output corpus/context_pairs.txt.gz
+    python -m spacy_sapbert_training.data.contexts corpus/linking_kb.jsonl --output corpus/context_pairs.txt.gz
 """
 import random
 from pathlib import Path

@@ -332,14 +332,14 @@ def _pairs_file(config: TrainConfig, data: TrainingData) -> Path:
     """The pairs file a loss over named concepts trains on; refused when none was given."""
     if data.pairs_path is None:
         raise TrainingConfigError(f"[objective] loss {config.objective.loss!r} trains on synonym pairs; give them "
-                                  "with --pairs (python -m spacy_sapbert.training.data.pairs writes them).")
+                                  "with --pairs (python -m spacy_sapbert_training.data.pairs writes them).")
     return data.pairs_path
 
 
 def _read_pairs(path: Path) -> List[Pair]:
     pairs = read_pairs(path)
     if not pairs:
-        raise TrainingConfigError(f"{path} holds no pairs; build them with `python -m spacy_sapbert.training.data.pairs`.")
+        raise TrainingConfigError(f"{path} holds no pairs; build them with `python -m spacy_sapbert_training.data.pairs`.")
     return pairs
 
 
@@ -381,7 +381,7 @@ def keys_source(config: TrainConfig, data: TrainingData) -> Callable[[PathLike],
                                   "does not score; use pairs or prototypes.")
     if not data.keys:
         raise TrainingConfigError(f"[objective] loss {loss!r} trains against frozen keys; give key sets "
-                                  "with --keys (python -m spacy_sapbert.training.data.keys writes them).")
+                                  "with --keys (python -m spacy_sapbert_training.data.keys writes them).")
 
     def load(model: PathLike) -> QueryBatches:
         o, run = config.objective, config.training
@@ -410,6 +410,6 @@ def keys_model(keysets: Sequence[KeySet], source: PathLike, max_length: int) -> 
         raise TrainingConfigError(
             f"The key sets were embedded by {model!r} (fingerprint {fingerprint}), but {source} answers to "
             f"{own}: the query encoder must start in the keys' vector space. Start from that model, or "
-            "write the key sets with this one (python -m spacy_sapbert.training.data.keys --model)."
+            "write the key sets with this one (python -m spacy_sapbert_training.data.keys --model)."
         )
     return {"teacher": model, "fingerprint": fingerprint}

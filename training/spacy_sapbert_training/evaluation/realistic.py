@@ -11,7 +11,7 @@ documents is in its index. Three settings of the names table the linker adds to 
   other train folds (a train fold) or its train split (dev), and the other corpus's train split.
 - cross: the other corpus's train names only: what carries to text annotated elsewhere.
 
-    python -m spacy_sapbert.training.evaluation.realistic --splits train-folds,dev --output metrics/realistic
+    python -m spacy_sapbert_training.evaluation.realistic --splits train-folds,dev --output metrics/realistic
 
 Per set (NCBI-disease, BC5CDR-disease, BC5CDR-chemical): Acc@1 per train fold, their mean and
 sample standard deviation, and dev; over every linkable mention and over those whose gold the

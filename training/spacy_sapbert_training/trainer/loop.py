@@ -3,7 +3,7 @@
 Two kinds of data feed it, each with its objective. Pairs of synonyms (`cui||name1||name2`,
 PairBatches) are read in seeded, epoch-wise shuffled batches; both names are embedded,
 labelled with their concept, and fed to an in-batch metric loss (SapBERT's, for large batches
-on a GPU). Queries against frozen keys (QueryBatches over spacy_sapbert.training.data.keys key sets) are embedded
+on a GPU). Queries against frozen keys (QueryBatches over spacy_sapbert_training.data.keys key sets) are embedded
 and scored against a whole dictionary (BioSyn's synonym-marginal likelihood: the CPU recipe);
 the model then answers to the keys' model fingerprint, so the index built by that model serves
 it. The loop runs on one CPU, one GPU, or several processes under `torchrun` (DDP; NCCL on
@@ -11,10 +11,10 @@ GPUs, gloo on CPUs). It checkpoints model, optimizer, scheduler, scaler, every R
 every `save_every` steps; the data position follows from the step, so `resume` continues
 exactly where a killed run stopped and ends with the same weights as an uninterrupted run.
 
-The recipe is read in spacy_sapbert.training.trainer.config; the loss, the batch source and the
-model wrappers it names are registered functions (spacy_sapbert.training.trainer.registry:
+The recipe is read in spacy_sapbert_training.trainer.config; the loss, the batch source and the
+model wrappers it names are registered functions (spacy_sapbert_training.trainer.registry:
 objective, batches, wrappers), so the loop never asks which method it runs; checkpoints are
-written and checked in spacy_sapbert.training.trainer.checkpoint. Here are the Trainer and the commands.
+written and checked in spacy_sapbert_training.trainer.checkpoint. Here are the Trainer and the commands.
 """
 import json
 import logging
@@ -160,7 +160,7 @@ class Trainer:
     SelfAlignmentObjective; queries against frozen key sets feed the SynonymMarginalLoss.
 
     config: the recipe. pairs_path: a `cui||name1||name2` file (gzip if it ends in .gz), for
-        pair losses. keys: key-set folders (spacy_sapbert.training.data.keys), for "synonym_marginal".
+        pair losses. keys: key-set folders (spacy_sapbert_training.data.keys), for "synonym_marginal".
     output: the run directory; it gets checkpoints/, metrics.jsonl, training.json and model/.
     step_callback: called as callback(step, loss) after every optimizer step (tests use it).
     """
@@ -315,7 +315,7 @@ class Trainer:
     def _encoder(self, source: PathLike, device: torch.device, fresh: bool) -> Tuple[PairEncoder, object]:
         """The PairEncoder to train, in training mode on `device`, and its tokenizer; a fresh run
         keeps only the [model] layers (a checkpoint's model has only those already), and the model
-        wrappers its [model] section names change it (spacy_sapbert.training.trainer.wrappers)."""
+        wrappers its [model] section names change it (spacy_sapbert_training.trainer.wrappers)."""
         cfg = self.config.model
         pooling = cfg.pooling
         if pooling == "auto":
@@ -505,7 +505,7 @@ def lr_factor(warmup_steps: int, schedule: str, max_steps: int) -> Callable[[int
 
 def train_from_cli(config_path: PathLike, pairs: Optional[PathLike], output: PathLike, model: str = "",
                    resume: bool = False, overrides: Sequence[str] = (), keys: Sequence[PathLike] = ()) -> Path:
-    """What `python -m spacy_sapbert.training.trainer.pretrain` and `spacy_sapbert.training.trainer.finetune` do: read the config with
+    """What `python -m spacy_sapbert_training.trainer.pretrain` and `spacy_sapbert_training.trainer.finetune` do: read the config with
     spaCy-style dotted overrides (`--training.max_steps 2`), then train."""
     parsed = parse_overrides(overrides)
     if model:
@@ -534,7 +534,7 @@ def make_train_app(default_config: str, what: str):
         output: Path = typer.Option(..., help="Run directory: checkpoints/, metrics.jsonl, model/"),
         config: Path = typer.Option(Path(default_config), help="Training config (.cfg)"),
         pairs: Optional[Path] = typer.Option(None, help="`cui||name1||name2` pairs file (gzip if .gz), for pair losses"),
-        keys: str = typer.Option("", help="Comma-separated key-set folders (python -m spacy_sapbert.training.data.keys), for loss synonym_marginal"),
+        keys: str = typer.Option("", help="Comma-separated key-set folders (python -m spacy_sapbert_training.data.keys), for loss synonym_marginal"),
         model: str = typer.Option("", help="Model directory or name to start from ('base' = all-MiniLM-L6-v2, 'default' = the bundled model); overrides [model] name_or_path"),
         resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output"),
     ) -> None:

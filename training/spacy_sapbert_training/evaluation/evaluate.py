@@ -22,7 +22,7 @@ from .systems import CharTfidf, EncoderSystem, ExactMatch, LinkingSystem, Scispa
 logger = logging.getLogger(__name__)
 
 RELATEDNESS_DATASETS = ("mayosrs", "umnsrs")
-# The vector space's own quality, on the bundled KB (spacy_sapbert.training.evaluation.conceptual).
+# The vector space's own quality, on the bundled KB (spacy_sapbert_training.evaluation.conceptual).
 CONCEPTUAL_DATASETS = ("mcsm", "synonym-pairs")
 # Where the model links as the pipe's default parenthetical_labels (Chemical) do.
 PARENTHETICAL_DATASETS = ("bc5cdr-chemical",)
@@ -105,7 +105,7 @@ def _follow_parentheticals(task: Task, asked: List[List[str]], scored: dict, ran
 
 def part_windows(task: Task, window: int) -> List[List[str]]:
     """Each query's parts as a model trained on contexts is asked them, as the pipe asks: in
-    the window of the mention's sentence (encoders.base.in_window over spacy_sapbert.training.data.contexts' tokens and
+    the window of the mention's sentence (encoders.base.in_window over spacy_sapbert_training.data.contexts' tokens and
     sentences), the part in place of the mention; a mention without its document (CADEC's) in
     an empty window."""
     from spacy_sapbert.encoders.base import MENTION_END, MENTION_START, context_nlp, in_window
@@ -299,7 +299,7 @@ def evaluate_command(
         "Acc@1 per label is measured (all linkable mentions and those whose gold the index holds)."),
     index: str = typer.Option("default", "--index", help="--end-to-end: the linker's index (default, a knowledge base by name such as mesh, or an index directory)."),
     names: Optional[Path] = typer.Option(None, "--names", help="--end-to-end: a names table the linker adds to its index's "
-                                         "names (index.names; python -m spacy_sapbert.training.data.names writes one from a corpus); gold ids are read "
+                                         "names (index.names; python -m spacy_sapbert_training.data.names writes one from a corpus); gold ids are read "
                                          "through its older ids too."),
     shipped_names: bool = typer.Option(True, "--shipped-names/--no-shipped-names", help="--end-to-end: read the "
                                        "names table the index ships (index.shipped_names); the bundled one holds "

@@ -3,9 +3,9 @@ linker's `index.names` reads them (pipe.loaders.IndexLoader), so that a pipe lin
 own conventions ("alcohol" as ethanol in BC5CDR) and its development codes as the standard
 protocol's dictionary does with training mentions, without building the index again:
 
-    python -m spacy_sapbert.training.data.names --datasets bc5cdr-chemical,bc5cdr-disease \
+    python -m spacy_sapbert_training.data.names --datasets bc5cdr-chemical,bc5cdr-disease \
         --split train --index mesh --output corpus/names/bc5cdr-train.tsv
-    python -m spacy_sapbert.training.data.names --pubtator my_corpus.txt --index mesh --output my_names.tsv
+    python -m spacy_sapbert_training.data.names --pubtator my_corpus.txt --index mesh --output my_names.tsv
 
 A mention's id must be a concept of the index (or another id of one), or read as an older id of
 one (`older_ids`: an id of the index's scheme whose names here name one concept of it, as MeSH

@@ -1,6 +1,6 @@
-"""`python -m spacy_sapbert.training.trainer.finetune`: fine-tune a pretrained model on (mention, gold synonym) pairs.
+"""`python -m spacy_sapbert_training.trainer.finetune`: fine-tune a pretrained model on (mention, gold synonym) pairs.
 
-    python -m spacy_sapbert.training.trainer.finetune --pairs corpus/ncbi_pairs.txt.gz --output training/finetune \
+    python -m spacy_sapbert_training.trainer.finetune --pairs corpus/ncbi_pairs.txt.gz --output training/finetune \
         --model training/pretrain/model --training.epochs 3
 """
 from pathlib import Path

@@ -43,8 +43,8 @@ class ModelConfig:
         linear layer of the encoder, saved alone (the SapBERT paper's bottleneck adapters have
         no peft type; LoRA is the low-rank adapter peft keeps).
     adapter_fraction: the adapter's size as a fraction of the base's parameters (the paper's
-        0.13 and 0.01); the LoRA rank is chosen to come nearest (spacy_sapbert.training.trainer.adapters).
-    window: with "mention" pooling (contextual mentions, pairs from spacy_sapbert.training.data.contexts), the
+        0.13 and 0.01); the LoRA rank is chosen to come nearest (spacy_sapbert_training.trainer.adapters).
+    window: with "mention" pooling (contextual mentions, pairs from spacy_sapbert_training.data.contexts), the
         spaCy tokens of a mention's window, recorded so that the pipe makes its windows alike;
         max_length must then hold a window's wordpieces (96).
     """
