@@ -563,7 +563,7 @@ def test_the_filled_config_holds_the_keys_of_today_only():
     nlp = spacy.blank("en")
     nlp.add_pipe("sapbert_linker")
     config = nlp.config["components"]["sapbert_linker"]
-    assert len(config) <= 17, list(config)
+    assert len(config) <= 18, list(config)  # the factory, its 4 sub-configs (encoder, index, scoring, scorer), 13 knobs
     assert not any(value is None and key in ("model", "sparse_weight", "follow_long_forms", "cui_attr")
                    for key, value in config.items())
     assert config["scoring"]["@scoring"] == "spacy-sapbert.Scoring.v1"
@@ -765,3 +765,6 @@ def test_analyze_pipes_flags_a_linker_with_no_ner_before_it(tiny_model, tiny_ind
     problems = nlp.analyze_pipes()["problems"]["sapbert_linker"]
     assert "doc.ents" in problems
     assert nlp.get_pipe_meta("sapbert_linker").default_score_weights["nel_micro_f"] == 1.0
+    # a registered scorer, as entity_linker's: in the config, and swappable there
+    assert nlp.config["components"]["sapbert_linker"]["scorer"] == {"@scorers": "spacy-sapbert.linker_scorer.v1"}
+    assert spacy.registry.scorers.get("spacy-sapbert.linker_scorer.v1")() is nlp.get_pipe("sapbert_linker").scorer

@@ -16,7 +16,7 @@ import srsly
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
-from spacy.util import minibatch
+from spacy.util import minibatch, registry
 
 from .abbreviations import follow_long_forms, is_short_form, linked_text, long_forms
 from ..candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, Scoring, check_settings
@@ -144,23 +144,44 @@ class _PipeConfigs(dict):
         super().__setitem__(name, config)
 
 
+# The linker's scorer, registered as spaCy's entity_linker registers its own.
+SCORER = "spacy-sapbert.linker_scorer.v1"
+
+
+def score_links(examples: Iterable, **kwargs) -> Dict[str, object]:
+    """Link precision, recall and F1 (`nel_micro_p/r/f`, `nel_f_per_type`) as spaCy's own
+    entity_linker reports them, so `spacy evaluate` and `nlp.evaluate` show linking: over the
+    entities whose spans the reference shares, a predicted `kb_id_` against the reference's
+    (NIL, no concept, is "" or "NIL")."""
+    from spacy.scorer import Scorer
+
+    return Scorer.score_links(examples, negative_labels=["", "NIL"], **kwargs)
+
+
+@registry.scorers(SCORER)
+def make_linker_scorer() -> Callable:
+    return score_links
+
+
 @Language.factory(
     "sapbert_linker",
     # as spaCy's entity_linker declares them, so that nlp.analyze_pipes() flags a linker with no NER
     requires=["doc.ents", "token.ent_iob", "token.ent_type"],
     assigns=["doc.ents", "token.ent_kb_id", "span._.cui", "span._.cui_score", "span._.kb_ents"],
     default_score_weights={"nel_micro_f": 1.0, "nel_micro_r": None, "nel_micro_p": None},
-    default_config={"encoder": ENCODER_CONFIG, "index": INDEX_CONFIG, "scoring": SCORING_CONFIG, **_defaults()},
+    default_config={"encoder": ENCODER_CONFIG, "index": INDEX_CONFIG, "scoring": SCORING_CONFIG,
+                    "scorer": {"@scorers": SCORER}, **_defaults()},
 )
 @_settings_signature
 def make_sapbert_linker(nlp: Language, name: str, encoder: EncoderLoader, index: Union[IndexLoader, str],
-                        scoring: Scoring, **settings) -> "SapBERTLinker":
+                        scoring: Scoring, scorer: Optional[Callable] = None, **settings) -> "SapBERTLinker":
     """Create the linker; it loads nothing until `initialize`, `from_disk` or first use.
 
-    encoder, index, scoring: the registered sub-configs (`pipe.loaders`). settings: the knobs of
+    encoder, index, scoring: the registered sub-configs (`pipe.loaders`). scorer: what
+    `nlp.evaluate` calls (SCORER, as spaCy's entity_linker has its own). settings: the knobs of
     `candidates.CandidateSettings` and `PipeSettings` (README, Config).
     """
-    linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, scoring=scoring, **settings)
+    linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, scoring=scoring, scorer=scorer, **settings)
     if not _built_from_config():
         linker.encoder_loader.check_source()
         linker.index_loader.check_source()
@@ -287,8 +308,10 @@ class SapBERTLinker(Pipe):
     remembered candidates are forgotten)."""
 
     def __init__(self, vocab, name: str = "sapbert_linker", *, encoder: Optional[EncoderLoader] = None,
-                 index: Union[IndexLoader, str, None] = None, scoring: Optional[Scoring] = None, **settings):
+                 index: Union[IndexLoader, str, None] = None, scoring: Optional[Scoring] = None,
+                 scorer: Optional[Callable] = None, **settings):
         settings = dict(settings)
+        self.scorer = scorer or score_links
         encoder, index, scoring = _legacy_keys(encoder, index, scoring, settings)
         object.__setattr__(self, "_knobs", (*_split_settings(settings), scoring))
         self.vocab = vocab
@@ -538,13 +561,8 @@ class SapBERTLinker(Pipe):
             yield from docs
 
     def score(self, examples: Iterable, **kwargs) -> Dict[str, object]:
-        """Link precision, recall and F1 (`nel_micro_p/r/f`, `nel_f_per_type`) as spaCy's own
-        entity_linker reports them, so `spacy evaluate` and `nlp.evaluate` show linking: over the
-        entities whose spans the reference shares, a predicted `kb_id_` against the reference's
-        (NIL, no concept, is "" or "NIL")."""
-        from spacy.scorer import Scorer
-
-        return Scorer.score_links(examples, negative_labels=["", "NIL"], **kwargs)
+        """What the config's scorer gives (SCORER: link precision, recall and F1)."""
+        return self.scorer(examples, **kwargs)
 
     # -- serialisation --------------------------------------------------------------------
 
