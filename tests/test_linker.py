@@ -768,3 +768,37 @@ def test_analyze_pipes_flags_a_linker_with_no_ner_before_it(tiny_model, tiny_ind
     # a registered scorer, as entity_linker's: in the config, and swappable there
     assert nlp.config["components"]["sapbert_linker"]["scorer"] == {"@scorers": "spacy-sapbert.linker_scorer.v1"}
     assert spacy.registry.scorers.get("spacy-sapbert.linker_scorer.v1")() is nlp.get_pipe("sapbert_linker").scorer
+
+
+def test_the_pipe_round_trips_through_bytes_and_honours_exclude(tiny_model, tiny_index_dir, tmp_path):
+    """As spaCy's own components: nlp.to_bytes / from_bytes give the same links, and a field in
+    `exclude` is neither written nor read (the pipe's config gives it instead)."""
+    from spacy.tokens import Span
+
+    from spacy_sapbert.pipe.linker import SERIALIZED
+
+    def links(nlp):
+        doc = nlp.make_doc("lactic acidosis after metformin")
+        doc.ents = [Span(doc, 0, 2, "Disease"), Span(doc, 3, 4, "Chemical")]
+        return [(e._.cui, e._.kb_ents) for e in nlp.get_pipe("sapbert_linker")(doc).ents]
+
+    def made():
+        nlp = spacy.blank("en")
+        nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model), "precision": "fp32"},
+                                               "index": {"index": str(tiny_index_dir)}, "threshold": 0.0})
+        return nlp
+
+    nlp = made()
+    before = links(nlp)
+    assert links(made().from_bytes(nlp.to_bytes())) == before
+    pipe = nlp.get_pipe("sapbert_linker")
+    pipe.to_disk(tmp_path / "no-index", exclude=["index"])
+    assert not (tmp_path / "no-index" / "index").exists() and (tmp_path / "no-index" / "model").is_dir()
+    fresh = made()
+    fresh.get_pipe("sapbert_linker").from_disk(tmp_path / "no-index", exclude=["index"])
+    assert links(fresh) == before
+    assert fresh.get_pipe("sapbert_linker").index_loader.index == str(tiny_index_dir)
+    with pytest.raises(ValueError, match=r"no-index lacks the index/ folder that sapbert_linker writes"):
+        made().get_pipe("sapbert_linker").from_disk(tmp_path / "no-index")
+    pipe.to_disk(tmp_path / "nothing", exclude=SERIALIZED)
+    assert list((tmp_path / "nothing").iterdir()) == []

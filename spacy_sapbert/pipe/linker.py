@@ -33,6 +33,8 @@ warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"(scispacy\.abbre
 MODEL_DIR = "model"
 INDEX_DIR = "index"
 CFG_FILE = "cfg.json"
+# What to_disk writes, each a name `exclude` may give: the model, the index, the names table, cfg.json.
+SERIALIZED = ("model", "index", "names", "cfg")
 # The names table (index.names) in a saved pipeline.
 NAMES_FILE = "names.tsv"
 
@@ -567,44 +569,78 @@ class SapBERTLinker(Pipe):
     # -- serialisation --------------------------------------------------------------------
 
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
-        """Write the model and the index into `path`, so the pipeline needs neither original."""
+        """Write the model and the index into `path`, so the pipeline needs neither original.
+        exclude: any of SERIALIZED ("model", "index", "names", "cfg"), left unwritten; the pipe
+        that reads them back with the same exclude takes its config's instead."""
+        exclude = set(exclude)
         generator = self._loaded()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        generator.encoder.save(path / MODEL_DIR)
+        if "model" not in exclude:
+            generator.encoder.save(path / MODEL_DIR)
         cfg = {"pooling": generator.encoder.pooling, "max_length": self.encoder_loader.max_length,
                "precision": getattr(generator.encoder, "precision", "fp32")}
-        if self._compact is not None:
+        if "index" in exclude:
+            pass
+        elif self._compact is not None:
             if (path / INDEX_DIR).resolve() != Path(self._compact).resolve():
                 shutil.copytree(self._compact, path / INDEX_DIR, dirs_exist_ok=True)
             cfg["index_graph_over_codes"] = True
         else:
             generator.index.save(path / INDEX_DIR)
-        if self.index_loader.names is not None:
+        if self.index_loader.names is not None and "names" not in exclude:
             names = Path(self.index_loader.names).expanduser()
             cfg["names"] = NAMES_FILE + (".gz" if names.suffix == ".gz" else "")
             shutil.copyfile(names, path / cfg["names"])
-        srsly.write_json(path / CFG_FILE, cfg)
+        if "cfg" not in exclude:
+            srsly.write_json(path / CFG_FILE, cfg)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "SapBERTLinker":
-        """Load the model and index written by `to_disk`."""
+        """Load the model and index written by `to_disk` (those not in `exclude`, which come from
+        the pipe's config instead)."""
+        exclude = set(exclude)
         path = Path(path)
-        if not (path / MODEL_DIR).exists() or not (path / INDEX_DIR).exists():
+        missing = [f"{folder}/" for field, folder in (("model", MODEL_DIR), ("index", INDEX_DIR))
+                   if field not in exclude and not (path / folder).exists()]
+        if missing:
             raise ConceptIndexError(
-                f"{path} lacks the {MODEL_DIR}/ and {INDEX_DIR}/ folders that sapbert_linker "
-                "writes; save the pipeline again with nlp.to_disk."
+                f"{path} lacks the {' and '.join(missing)} folder{'s' if len(missing) > 1 else ''} that "
+                "sapbert_linker writes; save the pipeline again with nlp.to_disk."
             )
-        cfg = srsly.read_json(path / CFG_FILE) if (path / CFG_FILE).exists() else {}
+        cfg = srsly.read_json(path / CFG_FILE) if "cfg" not in exclude and (path / CFG_FILE).exists() else {}
         self.encoder_loader = dataclasses.replace(
             self.encoder_loader, pooling=cfg.get("pooling", self.encoder_loader.pooling),
             precision=cfg.get("precision", self.encoder_loader.precision))
-        names = str(path / cfg["names"]) if cfg.get("names") else None
         # The saved index and names, with the pipe's other index settings (shipped_names, scheme, supplement).
-        self.index_loader = dataclasses.replace(self.index_loader, index=str(path / INDEX_DIR), names=names)
-        self._load(model=path / MODEL_DIR, graph_over=path / INDEX_DIR if cfg.get("index_graph_over_codes") else None)
+        saved = {}
+        if "index" not in exclude:
+            saved["index"] = str(path / INDEX_DIR)
+        if "names" not in exclude:
+            saved["names"] = str(path / cfg["names"]) if cfg.get("names") else None
+        self.index_loader = dataclasses.replace(self.index_loader, **saved)
+        graph_over = path / INDEX_DIR if cfg.get("index_graph_over_codes") and "index" not in exclude else None
+        self._load(model=None if "model" in exclude else path / MODEL_DIR, graph_over=graph_over)
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
-        raise NotImplementedError(
-            "sapbert_linker is saved as a directory (model and index); use nlp.to_disk."
-        )
+        """What to_disk writes, its files in one msgpack map (the bundled index makes that
+        about 100 MB: nlp.to_disk keeps it on disk)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="sapbert-linker-") as folder:
+            self.to_disk(folder, exclude=exclude)
+            files = {str(f.relative_to(folder)): f.read_bytes() for f in sorted(Path(folder).rglob("*")) if f.is_file()}
+        return srsly.msgpack_dumps(files)
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "SapBERTLinker":
+        """Read what to_bytes wrote: its files are unpacked into a folder of their own, which the
+        index maps, removed when the pipe is."""
+        import tempfile
+        import weakref
+
+        folder = Path(tempfile.mkdtemp(prefix="sapbert-linker-"))
+        weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
+        for name, data in srsly.msgpack_loads(bytes_data).items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(data)
+        return self.from_disk(folder, exclude=exclude)
