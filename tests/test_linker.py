@@ -566,7 +566,7 @@ def test_the_filled_config_holds_the_keys_of_today_only():
     assert len(config) <= 18, list(config)  # the factory, its 4 sub-configs (encoder, index, scoring, scorer), 13 knobs
     assert not any(value is None and key in ("model", "sparse_weight", "follow_long_forms", "cui_attr")
                    for key, value in config.items())
-    assert config["scoring"]["@scoring"] == "spacy-sapbert.Scoring.v1"
+    assert config["scoring"]["@sapbert_scoring"] == "spacy-sapbert.Scoring.v1"
 
 
 def test_scispacys_linker_name_gets_a_sentence_naming_index():

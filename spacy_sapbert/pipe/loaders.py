@@ -1,12 +1,12 @@
 """The pipe's registered sub-configs, in the style of spacy-transformers:
 
     [components.sapbert_linker.encoder]
-    @encoders = "spacy-sapbert.Encoder.v1"
+    @sapbert_encoders = "spacy-sapbert.Encoder.v1"
     model = "default"
     precision = "int8"
 
     [components.sapbert_linker.index]
-    @indexes = "spacy-sapbert.ConceptIndex.v1"
+    @sapbert_indexes = "spacy-sapbert.ConceptIndex.v1"
     index = "default"
 
 Each returns a cheap loader: nothing is read until the pipe is initialised or first used, so
@@ -22,7 +22,9 @@ from ..assets import BUNDLED_INDEX, DEFAULT, DEFAULT_EXACT
 from ..candidates import Scoring
 from ..encoders.base import MAX_LENGTH, POOLINGS, PRECISIONS
 
-for _name in ("encoders", "indexes", "scoring"):
+# Registries of this package's own, in spaCy's shared registry (named so that no other package's
+# "encoders" or "scoring" can be meant).
+for _name in ("sapbert_encoders", "sapbert_indexes", "sapbert_scoring"):
     if not hasattr(registry, _name):
         registry.create(_name, entry_points=True)
 
@@ -206,12 +208,12 @@ class IndexLoader:
 
 
 # The loaders themselves are the registered functions: their fields are the sub-configs' keys.
-registry.encoders("spacy-sapbert.Encoder.v1")(EncoderLoader)
-registry.indexes("spacy-sapbert.ConceptIndex.v1")(IndexLoader)
+registry.sapbert_encoders("spacy-sapbert.Encoder.v1")(EncoderLoader)
+registry.sapbert_indexes("spacy-sapbert.ConceptIndex.v1")(IndexLoader)
 # How hits are scored, over what the model records (candidates.Scoring; null: the model's own).
-registry.scoring("spacy-sapbert.Scoring.v1")(Scoring)
+registry.sapbert_scoring("spacy-sapbert.Scoring.v1")(Scoring)
 
 
-ENCODER_CONFIG = {"@encoders": "spacy-sapbert.Encoder.v1", **asdict(EncoderLoader())}
-INDEX_CONFIG = {"@indexes": "spacy-sapbert.ConceptIndex.v1", **asdict(IndexLoader())}
-SCORING_CONFIG = {"@scoring": "spacy-sapbert.Scoring.v1", **asdict(Scoring())}
+ENCODER_CONFIG = {"@sapbert_encoders": "spacy-sapbert.Encoder.v1", **asdict(EncoderLoader())}
+INDEX_CONFIG = {"@sapbert_indexes": "spacy-sapbert.ConceptIndex.v1", **asdict(IndexLoader())}
+SCORING_CONFIG = {"@sapbert_scoring": "spacy-sapbert.Scoring.v1", **asdict(Scoring())}
