@@ -31,7 +31,7 @@ K = 10
 def exact_index_dir(index: str) -> Path:
     if index != "default":
         return Path(index)
-    from spacy_sapbert.assets import default_model_path
+    from spacy_sapbert.encoders.models import default_model_path
     from spacy_sapbert.search.resolve import exact_default_index_path
     from spacy_sapbert.encoders.transformer import TorchEncoder
 
@@ -40,7 +40,7 @@ def exact_index_dir(index: str) -> Path:
 
 def queries(index_dir: Path, data_dir: Path, out: Path) -> Path:
     """Encode the dev mentions with the index's model at int8; save them as .npy."""
-    from spacy_sapbert.assets import default_model_path
+    from spacy_sapbert.encoders.models import default_model_path
     from spacy_sapbert.encoders.loading import load_encoder
     from spacy_sapbert.search.index import ConceptIndex
     from spacy_sapbert_training.data.datasets import load_pubtator_split

@@ -83,7 +83,7 @@ def measure(system: str, data_dir: Path, threads: int, index: str = "default", v
     import spacy
     import torch
 
-    from spacy_sapbert.assets import default_kb, default_mesh_kb
+    from spacy_sapbert.kb.bundled import default_kb, default_mesh_kb
     from spacy_sapbert.cache import cache_dir
 
     torch.set_num_threads(threads)

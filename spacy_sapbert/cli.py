@@ -129,7 +129,7 @@ def build_index(
 
     The vectors stream to --work-dir chunk by chunk, so a KB with more names than fit in memory
     as float32 builds, and a killed build resumes from its last chunk when run again."""
-    from .assets import resolve_model
+    from .encoders.models import resolve_model
     from .search.index import ConceptIndex
     from .encoders.loading import load_encoder
     from .kb.formats import load_kb
@@ -378,7 +378,7 @@ def export_onnx_command(
         "names the model will search (default: the bundled index's)."),
 ):
     """Export a model to ONNX for fast CPU linking; pass the directory as the linker's `model`."""
-    from .assets import resolve_model
+    from .encoders.models import resolve_model
     from .encoders.onnx import export_onnx
 
     try:

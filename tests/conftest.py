@@ -3,7 +3,8 @@
 With SPACY_SAPBERT_RUNTIME_TESTS=1 the suite runs against the runtime install alone (no extras,
 as `pip install spacy-sapbert` gives; scripts/check-wheel.sh runs it so at the dependency floors
 and with numpy 2): a test, fixture or module that needs a library only an extra brings (torch,
-scikit-learn, scispaCy, pronto, ...) is skipped, naming it; every other failure stays a failure.
+scikit-learn, scispaCy, pronto, ...) or the training package is skipped, naming it; every other
+failure stays a failure.
 """
 import os
 import re
@@ -18,7 +19,9 @@ RUNTIME_ONLY = os.environ.get("SPACY_SAPBERT_RUNTIME_TESTS") == "1"
 # What the extras bring (setup.cfg's extras_require) and the tests' own tools beyond pytest.
 EXTRAS = {"torch", "transformers", "safetensors", "onnx", "ml_dtypes", "pytorch_metric_learning", "pykeen",
           "peft", "accelerate", "confection", "drug_named_entity_recognition", "sklearn", "scispacy",
-          "pronto", "ray", "pyarrow", "matplotlib", "spacy_sapbert_model"}
+          "pronto", "ray", "pyarrow", "matplotlib", "spacy_sapbert_model",
+          # the training package (training/), never part of the runtime install
+          "spacy_sapbert_training"}
 MISSING_EXTRA = re.compile(r"ModuleNotFoundError: No module named '([\w]+)")
 
 

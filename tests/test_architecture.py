@@ -96,3 +96,21 @@ if __name__ == "__main__":
     graph = import_graph()
     print("cycle:", find_cycle({m: {n for n in deps if n not in PACKAGES} for m, deps in graph.items()}))
     print("\n".join(long_functions()))
+
+
+# The runtime's layers, top down, as docs/CONTRIBUTING.md draws them: a module imports its own
+# layer and the layers below it, never one above (imports inside functions count too).
+LAYERS = ("spacy_sapbert", "spacy_sapbert.cli", "spacy_sapbert.corpus", "spacy_sapbert.pipe", "spacy_sapbert.candidates",
+          "spacy_sapbert.ranking", "spacy_sapbert.search", "spacy_sapbert.encoders", "spacy_sapbert.kb",
+          "spacy_sapbert.assets", "spacy_sapbert.cache")
+
+
+def _layer(module: str) -> int:
+    return max(i for i, layer in enumerate(LAYERS) if module == layer or module.startswith(layer + "."))
+
+
+def test_no_runtime_import_runs_up_a_layer():
+    graph = import_graph()
+    up = [f"{module} → {target}" for module, targets in sorted(graph.items()) if module.startswith("spacy_sapbert.")
+          for target in sorted(targets) if target.startswith("spacy_sapbert.") and _layer(target) < _layer(module)]
+    assert up == []

@@ -266,7 +266,7 @@ def test_build_index_on_the_runtime_install_encodes_with_the_bundled_int8_export
     searches the index it wrote."""
     import importlib.util
 
-    from spacy_sapbert.assets import default_int8_path
+    from spacy_sapbert.encoders.models import default_int8_path
     from spacy_sapbert.search.index import ConceptIndex
 
     if default_int8_path() is None:

@@ -47,10 +47,9 @@ def test_synonym_pairs_split_concepts_into_two_fixed_halves(tiny_kb):
 
 
 def test_evaluate_prints_mcsm_and_pair_f1(tiny_model, tiny_kb, monkeypatch):
-    from spacy_sapbert import assets
     from spacy_sapbert_training.evaluation import evaluate
 
-    monkeypatch.setattr(assets, "default_kb", lambda: (tiny_kb, {}))
+    monkeypatch.setattr("spacy_sapbert.kb.bundled.default_kb", lambda: (tiny_kb, {}))
     scores = evaluate.run("mcsm", "dev", "model", "standard", None, str(tiny_model))
     assert scores["max"] == pytest.approx(11.09, abs=0.005) and 0 <= scores["mcsm_C"] <= scores["max"]
     pairs = evaluate.run("synonym-pairs", "dev", "model", "standard", None, str(tiny_model))

@@ -235,10 +235,9 @@ def test_keys_embedded_again_record_the_model_as_named(tiny_kb, tiny_model, tmp_
     """A key set embedded again (`spacy_sapbert_training.data.keys embed`, as on a GPU machine) reads as it was written:
     the same vectors, and its model named as given, not by this machine's path to it, so it
     trains beside key sets written with that name."""
-    import spacy_sapbert.assets
 
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(spacy_sapbert.assets, "resolve_model", lambda name: str(tiny_model) if name == "toy" else name)
+    monkeypatch.setattr("spacy_sapbert.encoders.models.resolve_model", lambda name: str(tiny_model) if name == "toy" else name)
     written = kb_keyset(tiny_kb, tmp_path / "keys", model="toy")
     (tmp_path / "keys" / "keys.npy").unlink()
     embed_keyset(tmp_path / "keys", "toy", device="cpu")

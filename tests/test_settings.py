@@ -59,7 +59,7 @@ def test_the_bundled_model_reads_through_its_legacy_files_and_its_export_through
     pytest.importorskip("spacy_sapbert_model")  # the fp32 weights, which the gpu extra brings
     from spacy_sapbert.assets import ASSETS
 
-    from spacy_sapbert.assets import default_model_path
+    from spacy_sapbert.encoders.models import default_model_path
 
     model, int8 = read_settings(default_model_path()), read_settings(ASSETS / "model-int8")
     assert model["pooling"] == "mean" and model["teacher"]["teacher"] == "base" and "training" in model

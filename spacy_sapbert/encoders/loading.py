@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 from typing import Optional, Union
 
-from ..assets import resolve_model
+from .models import resolve_model
 from .backends import torch_encoder_module
 from .base import MAX_LENGTH, PRECISIONS, EncoderError
 

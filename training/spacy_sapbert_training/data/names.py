@@ -162,7 +162,8 @@ def index_kb(index: str) -> Tuple[KnowledgeBase, Dict[str, List[str]]]:
     the entity label → concept type map the index keeps."""
     import json
 
-    from spacy_sapbert.assets import BUNDLED_INDEX, DEFAULT, DEFAULT_EXACT, default_kb
+    from spacy_sapbert.assets import BUNDLED_INDEX, DEFAULT, DEFAULT_EXACT
+    from spacy_sapbert.kb.bundled import default_kb
     from spacy_sapbert.kb.formats import read_jsonl
     from spacy_sapbert.kb.named import is_named, label_types, named_kb
     from spacy_sapbert.search.index import KB_FILE, KB_FILE_GZ

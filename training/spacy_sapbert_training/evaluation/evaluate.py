@@ -150,7 +150,7 @@ def evaluate_relatedness(dataset: str, data_dir: Path, system: str, model: Optio
 def evaluate_conceptual(dataset: str, system: str, model: Optional[str]) -> dict:
     """MCSM per type group (k = 40, at most 11.09), or the synonym-pair F1 (θ chosen on the dev
     half of the KB's concepts, F1 on the held-apart half), for the model's vector space."""
-    from spacy_sapbert.assets import default_kb
+    from spacy_sapbert.kb.bundled import default_kb
 
     from . import conceptual
 

@@ -29,7 +29,7 @@ def model_key(model: str, precision: str) -> str:
     """What the `model` system's results are filed under: the model as named, its precision and
     a digest of its files, so a changed model is evaluated again instead of reusing its
     predecessor's figures."""
-    from spacy_sapbert.assets import resolve_model
+    from spacy_sapbert.encoders.models import resolve_model
     from spacy_sapbert.encoders.onnx import _directory_digest
 
     path = Path(resolve_model(model)).expanduser()

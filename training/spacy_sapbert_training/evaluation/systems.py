@@ -100,7 +100,7 @@ class EncoderSystem(LinkingSystem):
                  device: str = "cpu", precision: str = "fp32", index_type: str = "flat",
                  sparse_weight: Optional[float] = None, names_precision: str = "fp32",
                  marginal_tau: Optional[float] = None, calibration: Optional[Path] = None):
-        from spacy_sapbert.assets import resolve_model
+        from spacy_sapbert.encoders.models import resolve_model
         from spacy_sapbert.candidates import CandidateGenerator, CandidateSettings, Scoring, read_scoring
         from spacy_sapbert.search.index import ConceptIndex
         from spacy_sapbert.encoders.loading import exact_encoder, load_encoder

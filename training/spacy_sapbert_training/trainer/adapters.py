@@ -33,7 +33,7 @@ def add_lora(model: torch.nn.Module, fraction: float, base: str) -> torch.nn.Mod
     trains); `base` is recorded as the model the adapter is loaded onto."""
     from peft import LoraConfig, get_peft_model
 
-    from spacy_sapbert.assets import resolve_model
+    from spacy_sapbert.encoders.models import resolve_model
 
     if str(resolve_model("base")) == str(base):  # the wheel's path differs per machine: keep the name
         base = "base"

@@ -93,7 +93,7 @@ def main(
     seed: int = typer.Option(0, "--seed"),
 ):
     """Train ComplEx on the ontology graph; write its vectors and its link-prediction figures."""
-    from spacy_sapbert.assets import default_kb
+    from spacy_sapbert.kb.bundled import default_kb
     from spacy_sapbert.kb.formats import read_jsonl
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -509,7 +509,7 @@ def train_from_cli(config_path: PathLike, pairs: Optional[PathLike], output: Pat
     spaCy-style dotted overrides (`--training.max_steps 2`), then train."""
     parsed = parse_overrides(overrides)
     if model:
-        from spacy_sapbert.assets import resolve_model
+        from spacy_sapbert.encoders.models import resolve_model
 
         parsed["model.name_or_path"] = resolve_model(model)
     config = TrainConfig.from_disk(config_path, overrides=parsed)

@@ -15,7 +15,8 @@ from typing import List, Optional
 
 import torch
 import typer
-from spacy_sapbert.assets import BASE, local_base_model_path, resolve_model
+from spacy_sapbert.assets import BASE
+from spacy_sapbert.encoders.models import local_base_model_path, resolve_model
 from spacy_sapbert.encoders.base import MODEL_RECORDS
 from spacy_sapbert.encoders.settings import read_settings, write_settings
 from spacy_sapbert.encoders.transformer import load_transformer, tensors_sha256
