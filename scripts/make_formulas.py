@@ -11,7 +11,7 @@ from pathlib import Path
 
 from chemicals.identifiers import pubchem_db
 
-from spacy_sapbert.pipe.formulas import composition, hill
+from spacy_sapbert.mentions.formulas import composition, hill
 
 OUTPUT = Path(__file__).resolve().parent.parent / "spacy_sapbert" / "assets" / "formulas.tsv.gz"
 

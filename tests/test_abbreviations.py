@@ -4,7 +4,7 @@ import pytest
 import spacy
 
 from spacy_sapbert_training.data import datasets as ds
-from spacy_sapbert.pipe.abbreviations import expand_abbreviations, linked_text, short_form_segments
+from spacy_sapbert.mentions.abbreviations import expand_abbreviations, linked_text, short_form_segments
 from spacy_sapbert_training.data.protocol import build_queries, document_abbreviations
 
 from conftest import SHARED_DATA, ruler_nlp
@@ -314,11 +314,11 @@ def _position(abbreviation: dict) -> tuple:
 
 @pytest.mark.skipif(not (SHARED_DATA / "bc5cdr").exists(), reason="needs ../shared/data")
 def test_the_copied_detector_finds_what_scispacys_finds():
-    """pipe/schwartz_hearst.py is scispaCy 0.6.2's detector, for a runtime without scispaCy: the
+    """mentions/schwartz_hearst.py is scispaCy 0.6.2's detector, for a runtime without scispaCy: the
     two find the same short forms and long forms over the 500 BC5CDR dev abstracts."""
     from scispacy.abbreviation import AbbreviationDetector as Theirs
 
-    from spacy_sapbert.pipe.schwartz_hearst import AbbreviationDetector as Ours
+    from spacy_sapbert.mentions.schwartz_hearst import AbbreviationDetector as Ours
 
     nlp = spacy.blank("en")
     ours, theirs = Ours(nlp, make_serializable=True), Theirs(nlp, make_serializable=True)
@@ -344,9 +344,9 @@ def test_without_scispacy_the_factory_is_the_copy_and_resolves_short_forms():
         "import spacy\n"
         "nlp = spacy.blank('en')\n"
         "detector = nlp.add_pipe('abbreviation_detector')\n"
-        "assert type(detector).__module__ == 'spacy_sapbert.pipe.schwartz_hearst', type(detector)\n"
+        "assert type(detector).__module__ == 'spacy_sapbert.mentions.schwartz_hearst', type(detector)\n"
         "doc = nlp('Patients with non-insulin-dependent diabetes mellitus (NIDDM) took it.')\n"
-        "from spacy_sapbert.pipe.abbreviations import long_forms\n"
+        "from spacy_sapbert.mentions.abbreviations import long_forms\n"
         "print({s: f.text for s, f in long_forms(doc).items()})\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -365,7 +365,7 @@ def test_without_scispacy_the_factory_is_the_copy_and_resolves_short_forms():
      "Deleted in Colorectal Cancer", "Colorectal Cancer"),
 ])
 def test_an_entity_widens_to_the_long_form_it_heads(text, entity, short, long_form, expected):
-    from spacy_sapbert.pipe.abbreviations import follow_long_forms
+    from spacy_sapbert.mentions.abbreviations import follow_long_forms
 
     doc = spacy.blank("en")(text)
     start = text.index(entity)

@@ -67,7 +67,7 @@ def find_cycle(graph: dict):
 
 
 # Code copied from another project as it stands there, kept so that it can be compared line for line.
-COPIED = {"spacy_sapbert/pipe/schwartz_hearst.py"}
+COPIED = {"spacy_sapbert/mentions/schwartz_hearst.py"}
 
 
 def long_functions():
@@ -100,7 +100,7 @@ if __name__ == "__main__":
 
 # The runtime's layers, top down, as docs/CONTRIBUTING.md draws them: a module imports its own
 # layer and the layers below it, never one above (imports inside functions count too).
-LAYERS = ("spacy_sapbert", "spacy_sapbert.cli", "spacy_sapbert.corpus", "spacy_sapbert.pipe", "spacy_sapbert.candidates",
+LAYERS = ("spacy_sapbert", "spacy_sapbert.cli", "spacy_sapbert.corpus", "spacy_sapbert.pipe", "spacy_sapbert.mentions", "spacy_sapbert.candidates",
           "spacy_sapbert.ranking", "spacy_sapbert.search", "spacy_sapbert.encoders", "spacy_sapbert.kb",
           "spacy_sapbert.assets", "spacy_sapbert.cache")
 

@@ -1,7 +1,7 @@
-"""Element symbols and molecular formulas are read as the names of what they write (pipe/elements.py,
-pipe/formulas.py), case and all."""
+"""Element symbols and molecular formulas are read as the names of what they write (mentions/elements.py,
+mentions/formulas.py), case and all."""
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
-from spacy_sapbert.pipe.elements import ELEMENTS, element_name
+from spacy_sapbert.mentions.elements import ELEMENTS, element_name
 from spacy_sapbert.search.index import ConceptIndex
 
 from conftest import ruler_nlp
@@ -26,7 +26,7 @@ def test_the_pipe_links_a_symbol_as_its_element(tiny_model, tiny_encoder, tmp_pa
 
 
 def test_a_formula_is_read_by_what_it_holds_in_any_order():
-    from spacy_sapbert.pipe.formulas import composition, formula_name, hill
+    from spacy_sapbert.mentions.formulas import composition, formula_name, hill
 
     assert hill(composition("Ca(OH)2")) == "CaH2O2" and hill(composition("CH3COOH")) == "C2H4O2"
     assert [formula_name(t) for t in ("NaCl", "ClNa", "H2O", "CCl4", "NH4Cl")] == [
@@ -36,7 +36,7 @@ def test_a_formula_is_read_by_what_it_holds_in_any_order():
 
 
 def test_a_formula_is_linked_as_its_compound_when_the_dictionary_holds_the_name():
-    from spacy_sapbert.pipe.abbreviations import linked_text
+    from spacy_sapbert.mentions.abbreviations import linked_text
 
     is_name = {"sodium chloride", "water"}.__contains__
     assert linked_text("NaCl", {}, lambda t: is_name(t.lower())) == "sodium chloride"

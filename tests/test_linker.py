@@ -7,7 +7,7 @@ from spacy.tokens import Span
 from conftest import DEMO_PATTERNS, ruler_nlp
 
 from spacy_sapbert.search.index import ConceptIndexError
-from spacy_sapbert.pipe.abbreviations import expand_abbreviations
+from spacy_sapbert.mentions.abbreviations import expand_abbreviations
 
 TEXT = "Patients with type 2 diabetes developed lactic acidosis after metformin; a tumour grew."
 

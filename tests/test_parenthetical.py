@@ -1,9 +1,9 @@
-"""A name in parentheses takes the ranking of the name before it (ranking.parenthetical), in the
+"""A name in parentheses takes the ranking of the name before it (mentions.parenthetical), in the
 pipe and in the harness alike."""
 import pytest
 from conftest import ruler_nlp
 
-from spacy_sapbert.ranking.parenthetical import parenthetical_sources
+from spacy_sapbert.mentions.parenthetical import parenthetical_sources
 
 
 def placed(text, *mentions):
@@ -29,7 +29,7 @@ def test_a_name_in_parentheses_gives_its_ranking_to_a_code_before_it():
 
 
 def test_a_short_form_in_parentheses_gives_nothing_back():
-    from spacy_sapbert.pipe.abbreviations import is_short_form
+    from spacy_sapbert.mentions.abbreviations import is_short_form
 
     text = "the extract of Daucus carota seeds (DCE) was given"
     mentions = placed(text, "extract of Daucus carota seeds", "DCE")

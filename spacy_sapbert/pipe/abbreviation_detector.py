@@ -7,7 +7,7 @@ from spacy.language import Language
 try:
     from scispacy.abbreviation import AbbreviationDetector, find_abbreviation  # registers its factory
 except ImportError:
-    from .schwartz_hearst import AbbreviationDetector, find_abbreviation
+    from ..mentions.schwartz_hearst import AbbreviationDetector, find_abbreviation
 
     try:
         Language.factory("abbreviation_detector", func=AbbreviationDetector)

@@ -18,10 +18,10 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
 from spacy.util import minibatch, registry
 
-from .abbreviations import follow_long_forms, is_short_form, linked_text, long_forms
+from ..mentions.abbreviations import follow_long_forms, is_short_form, linked_text, long_forms
 from ..candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, Scoring, check_settings
 from ..encoders.base import in_window
-from ..ranking.parenthetical import parenthetical_sources
+from ..mentions.parenthetical import parenthetical_sources
 from ..search.index import ConceptIndexError, check_label_types
 from .loaders import ENCODER_CONFIG, INDEX_CONFIG, SCORING_CONFIG, EncoderLoader, IndexLoader
 
@@ -63,7 +63,7 @@ class PipeSettings:
         is empty) go in the last, so a user can see how close it came; a linked entity's is [].
     parenthetical_labels: entity labels (any case) whose "A (B)" pairs read B as another name of A:
         the one scoring lower and its repeats in the document take the other's candidates
-        ("amrubicin (SM-5887)", "WR-2721 (amifostine)"; ranking.parenthetical); empty: none.
+        ("amrubicin (SM-5887)", "WR-2721 (amifostine)"; mentions.parenthetical); empty: none.
         Chemical only by default:
         for diseases a parenthesis is as often a subtype or a cause as a synonym.
     follow_long_forms: not a config key (configs before 0.2 set it): False keeps entities as the
@@ -534,7 +534,7 @@ class SapBERTLinker(Pipe):
 
     def _follow_parentheticals(self, doc: Doc, ents: List[Span], found: List[Optional[Tuple[Candidates, Candidates]]]):
         """`found` after the parenthetical pairs of `parenthetical_labels` share the surer one's
-        candidates (ranking.parenthetical)."""
+        candidates (mentions.parenthetical)."""
         labels = {label.lower() for label in self.parenthetical_labels}
         if not labels:
             return found

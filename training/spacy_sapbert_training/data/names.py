@@ -34,7 +34,7 @@ class TableRules:
     """Which of a corpus's names a table keeps.
 
     min_count: mentions a name must give a concept before the table gives it that concept.
-    short_forms: keep names that read as short forms ("PD"; pipe.abbreviations.is_short_form),
+    short_forms: keep names that read as short forms ("PD"; mentions.abbreviations.is_short_form),
         whose meaning a text defines; False leaves them to the abbreviation rules.
     ambiguous: a name given several concepts: "keep" lists them all (most mentions first),
         "majority" keeps the one most mentions give, "drop" leaves the name out.
@@ -50,7 +50,7 @@ class TableRules:
 
     def apply(self, given: Dict[str, Counter], written: Dict[str, str]) -> Dict[str, Counter]:
         """`given` (name key → Counter of id tuples) with these rules applied."""
-        from spacy_sapbert.pipe.abbreviations import is_short_form
+        from spacy_sapbert.mentions.abbreviations import is_short_form
 
         kept: Dict[str, Counter] = {}
         for key, concepts in given.items():
@@ -123,9 +123,9 @@ def older_ids(kb: KnowledgeBase, label_types: Optional[Dict[str, List[str]]] = N
     the label may take (`label_types`, as the linker reads them: "BE" is not Barrett esophagus
     for a Chemical) all name one concept, whose id is returned, as MeSH's supplementary concepts
     made descriptors (C056507, now D000093542, "gemcitabine"); None where none or several
-    concepts bear them. Short forms are not read (pipe.abbreviations.is_short_form): "IVA",
+    concepts bear them. Short forms are not read (mentions.abbreviations.is_short_form): "IVA",
     the IVA protocol in one text, is isovaleric acidemia in MeSH."""
-    from spacy_sapbert.pipe.abbreviations import is_short_form
+    from spacy_sapbert.mentions.abbreviations import is_short_form
 
     bearers: Dict[str, Set[int]] = defaultdict(set)
     concepts = list(kb)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase, name_key
-from spacy_sapbert.pipe.abbreviations import linked_text, long_forms
+from spacy_sapbert.mentions.abbreviations import linked_text, long_forms
 
 from . import datasets as ds
 from .datasets import Document, Mention

@@ -51,7 +51,7 @@ def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = N
 def evaluate_linking(task: Task, system: LinkingSystem, parentheticals: bool = False) -> dict:
     """Rank every query part and score the rankings; with `parentheticals` (a system that scores,
     as the pipe's model does), a mention named in parentheses takes the ranking of the mention
-    before it as the pipe's parenthetical_labels do (ranking.parenthetical)."""
+    before it as the pipe's parenthetical_labels do (mentions.parenthetical)."""
     context = getattr(system, "context", None)
     asked = part_windows(task, context["window"]) if context else [q.parts for q in task.queries]
     texts = sorted({part for parts in asked for part in parts})
@@ -84,9 +84,9 @@ def evaluate_linking(task: Task, system: LinkingSystem, parentheticals: bool = F
 
 def _follow_parentheticals(task: Task, asked: List[List[str]], scored: dict, rankings: list) -> list:
     """The rankings after each document's parenthetical pairs share the surer one's ranking
-    (ranking.parenthetical); a composite query neither gives nor takes one."""
-    from spacy_sapbert.pipe.abbreviations import is_short_form
-    from spacy_sapbert.ranking.parenthetical import parenthetical_sources
+    (mentions.parenthetical); a composite query neither gives nor takes one."""
+    from spacy_sapbert.mentions.abbreviations import is_short_form
+    from spacy_sapbert.mentions.parenthetical import parenthetical_sources
 
     by_doc: dict = {}
     for i, query in enumerate(task.queries):

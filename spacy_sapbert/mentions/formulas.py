@@ -6,7 +6,7 @@ A formula is matched by what it holds, whatever the order it is written in ("NaC
 carbons or more names isomers) that name one compound in the `chemicals` package's database
 (assets/formulas.tsv.gz, written by scripts/make_formulas.py). Only a text with a digit or a
 two-letter symbol is read as a formula, so that a short form of capitals ("OC", "CY", "SNP")
-never is, and one of two atoms or more, so that a symbol is left to pipe.elements."""
+never is, and one of two atoms or more, so that a symbol is left to mentions.elements."""
 import gzip
 import re
 from collections import Counter

@@ -30,7 +30,7 @@ def parenthetical_sources(text: str, mentions: Sequence[Placed], top: Sequence[O
     one's ranking: {index of a mention: index of the mention whose ranking it takes}. A text
     named beside another in parentheses twice takes its first pair's ranking; the surer of a
     pair keeps its own, and a tie changes nothing. `is_short_form`: whether a text is a short form
-    (pipe.abbreviations.is_short_form), which in parentheses gives nothing back."""
+    (mentions.abbreviations.is_short_form), which in parentheses gives nothing back."""
     order = sorted((i for i, score in enumerate(top) if score is not None), key=lambda i: mentions[i][:2])
     defined: Dict[str, int] = {}  # the less sure one's text → the surer one
     for a, b in zip(order, order[1:]):

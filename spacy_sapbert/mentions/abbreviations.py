@@ -67,7 +67,7 @@ def undefined_short_forms(entities: Sequence[Span], found: Dict[str, Span],
     "BZDs" for "benzodiazepines"); never a name the dictionary knows ("ATP" is no "atropine").
     On the train splits of BC5CDR-chemical and NCBI-disease this resolved 12 mentions, every
     one to an entity of the same gold concept."""
-    from .abbreviation_detector import find_abbreviation
+    from .schwartz_hearst import find_abbreviation  # scispaCy's, copied: the same output
 
     longer = [ent for ent in entities if len(ent.text.split()) >= 2 and not is_short_form(ent.text)]
     words = [ent for ent in entities if ent.text.isalpha() and not is_short_form(ent.text)]
@@ -262,7 +262,7 @@ def _plural(short: str) -> bool:
 
 def _long_form(doc: Doc, open_at: int, short: str) -> Optional[Span]:
     """The long form of `short` in the words before the parenthesis at `open_at`, or None."""
-    from .abbreviation_detector import find_abbreviation
+    from .schwartz_hearst import find_abbreviation  # scispaCy's, copied: the same output
 
     if len(short) == 1:
         word = doc[open_at - 1]
