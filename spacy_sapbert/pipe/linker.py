@@ -28,7 +28,7 @@ from .loaders import ENCODER_CONFIG, INDEX_CONFIG, SCORING_CONFIG, EncoderLoader
 logger = logging.getLogger(__name__)
 # scispaCy's AbbreviationDetector runs an empty Matcher on every document without a definition,
 # and spaCy warns (W036) each time; only that warning, from that module, is silenced.
-warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"(scispacy\.abbreviation|spacy_sapbert\.pipe\.schwartz_hearst)")
+warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"(scispacy\.abbreviation|spacy_sapbert\.mentions\.schwartz_hearst)")
 
 MODEL_DIR = "model"
 INDEX_DIR = "index"
