@@ -12,6 +12,7 @@ import typer
 from wasabi import msg
 
 from .assets import DEFAULT, MESH_LABEL_TYPES
+from .kb.formats import KB_FORMATS
 from .search.index import INDEX_TYPES
 
 app = typer.Typer(
@@ -22,13 +23,8 @@ app = typer.Typer(
 )
 
 
-class KBFormat(str, Enum):
-    jsonl = "jsonl"
-    biosyn = "biosyn"
-    medic = "medic"
-    mesh = "mesh"
-    obo = "obo"
-    umls = "umls"
+# build-index's --format: the readers' registry (kb.formats.KB_FORMATS) as a choice.
+KBFormat = Enum("KBFormat", {name: name for name in KB_FORMATS}, type=str)
 
 
 # The FAISS index types (index.INDEX_TYPES) as a choice: hnsw-sq8 is IndexType.hnsw_sq8.
