@@ -375,7 +375,7 @@ def export_onnx_command(
 ):
     """Export a model to ONNX for fast CPU linking; pass the directory as the linker's `model`."""
     from .encoders.models import resolve_model
-    from .encoders.onnx import export_onnx
+    from .encoders.export import export_onnx
 
     try:
         path = export_onnx(resolve_model(model), output, pooling=pooling, max_length=max_length,

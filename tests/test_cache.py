@@ -94,7 +94,8 @@ def test_a_damaged_cached_index_is_not_taken_as_intact(tiny_index_dir, tiny_enco
 
 def test_a_damaged_onnx_export_is_exported_again_and_a_given_one_refused(cache, tiny_model, caplog):
     from spacy_sapbert.encoders.base import EncoderError
-    from spacy_sapbert.encoders.onnx import OnnxEncoder, exported_model
+    from spacy_sapbert.encoders.onnx import OnnxEncoder
+    from spacy_sapbert.encoders.export import exported_model
 
     first = exported_model(tiny_model, "int8")
     vectors = OnnxEncoder(first).encode(["lactic acidosis"])

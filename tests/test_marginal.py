@@ -67,7 +67,7 @@ def test_the_pipe_ranks_by_the_tau_the_model_records(marginal_model, tiny_index_
 
 
 def test_the_int8_export_carries_the_tau(marginal_model, tmp_path, monkeypatch):
-    from spacy_sapbert.encoders.onnx import exported_model
+    from spacy_sapbert.encoders.export import exported_model
 
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
     assert recorded_marginal_tau(exported_model(marginal_model, "int8")) == 0.05

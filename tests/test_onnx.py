@@ -10,7 +10,8 @@ from conftest import TINY_CONCEPTS
 
 from spacy_sapbert.encoders.base import EncoderError
 from spacy_sapbert.encoders.loading import load_encoder
-from spacy_sapbert.encoders.onnx import ONNX_META, OnnxEncoder, exported_model, export_onnx, is_onnx_dir
+from spacy_sapbert.encoders.onnx import ONNX_META, OnnxEncoder, is_onnx_dir
+from spacy_sapbert.encoders.export import exported_model, export_onnx
 from spacy_sapbert.ranking.concepts import search_concepts
 
 TEXTS = ["Lactic acidosis", "type 2 diabetes", "", "  ", "ÄB-12 café naïve β-blocker", "x" * 300,
@@ -188,7 +189,7 @@ def test_links_are_the_same_whatever_the_batching(onnx_dirs, tiny_index_dir):
 
 
 def test_the_calibration_names_are_those_of_the_index_searched(tiny_index_dir, tiny_kb, tiny_model):
-    from spacy_sapbert.encoders.onnx import CALIBRATION_STEP, calibration_texts
+    from spacy_sapbert.encoders.export import CALIBRATION_STEP, calibration_texts
 
     names, _ = tiny_kb.name_rows()
     assert calibration_texts(tiny_index_dir) == names[::CALIBRATION_STEP]

@@ -105,7 +105,8 @@ def test_an_unreadable_settings_file_says_which(tmp_path):
 
 
 def test_an_onnx_export_records_one_sapbert_json(tiny_model, tmp_path):
-    from spacy_sapbert.encoders.onnx import OnnxEncoder, export_onnx, is_onnx_dir
+    from spacy_sapbert.encoders.onnx import OnnxEncoder, is_onnx_dir
+    from spacy_sapbert.encoders.export import export_onnx
 
     model = shutil.copytree(tiny_model, tmp_path / "model")
     (model / LEGACY_FILES["marginal"]).write_text(json.dumps({"tau": 0.05}))  # a model of today
@@ -121,7 +122,8 @@ def test_an_onnx_export_records_one_sapbert_json(tiny_model, tmp_path):
 
 def test_a_cached_export_written_before_sapbert_json_still_loads(tiny_model, tmp_path, monkeypatch):
     from spacy_sapbert.encoders.loading import load_encoder
-    from spacy_sapbert.encoders.onnx import ONNX_LEGACY_META, OnnxEncoder, exported_model
+    from spacy_sapbert.encoders.onnx import ONNX_LEGACY_META, OnnxEncoder
+    from spacy_sapbert.encoders.export import exported_model
 
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
     cached = exported_model(tiny_model, "fp32")

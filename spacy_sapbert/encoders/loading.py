@@ -25,9 +25,10 @@ def load_encoder(
     int8 weights (CPU only; exported on first use and cached). A directory that already is an
     ONNX export loads as one, whatever `precision` says. threads: ONNX Runtime's (0: one per
     core); torch keeps its own setting. calibration: the index (or KB) whose names calibrate an
-    int8 export made here (encoders.onnx.export_onnx); None: the bundled index's.
+    int8 export made here (encoders.export.export_onnx); None: the bundled index's.
     """
-    from .onnx import OnnxEncoder, exported_model, is_onnx_dir
+    from .onnx import OnnxEncoder, is_onnx_dir
+    from .export import exported_model
 
     if precision not in PRECISIONS:
         raise EncoderError(f"Unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}.")

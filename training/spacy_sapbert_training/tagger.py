@@ -231,7 +231,7 @@ def export(model_dir: Path, output: Path) -> Path:
     import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from spacy_sapbert.encoders.onnx import _quantise_weights
+    from spacy_sapbert.encoders.export import _quantise_weights
 
     settings = json.loads((model_dir / "tagger_training.json").read_text())
     model = AutoModelForTokenClassification.from_pretrained(model_dir).eval()

@@ -30,7 +30,7 @@ def model_key(model: str, precision: str) -> str:
     a digest of its files, so a changed model is evaluated again instead of reusing its
     predecessor's figures."""
     from spacy_sapbert.encoders.models import resolve_model
-    from spacy_sapbert.encoders.onnx import _directory_digest
+    from spacy_sapbert.encoders.export import _directory_digest
 
     path = Path(resolve_model(model)).expanduser()
     digest = _directory_digest(path)[:8] if path.is_dir() else "hub"

@@ -91,7 +91,7 @@ class EncoderSystem(LinkingSystem):
     build-index --precision int8 does (cached apart from the fp32 vectors).
     marginal_tau: rank concepts by their synonym-marginal score at this tau, as the pipe does
     (candidates.Scoring); None takes the model's recorded tau, else 0 (best name).
-    calibration: the index whose names calibrate an int8 export (encoders.onnx.export_onnx);
+    calibration: the index whose names calibrate an int8 export (encoders.export.export_onnx);
     None: the bundled index's, as the pipe with its default index."""
 
     name = "model"
