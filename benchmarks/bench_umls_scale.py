@@ -6,7 +6,7 @@ exact index's own vectors (the full open ontology set: 924,538 names, `build-ind
 corpus/ontology.jsonl`) plus perturbed copies of them (Gaussian noise, cosine about 0.95 to the
 original, renormalised), each copy naming its original's concept, written chunk by chunk to a
 float32 .npy file that no process loads whole (streamed.DiskVectors reads it in chunks). Truth is exact search over that file in
-chunks. Each index type is then built from the file by index.make_faiss_index (trained on a
+chunks. Each index type is then built from the file by builders.make_faiss_index (trained on a
 sample, filled chunk by chunk: the streamed build's path) in its own process, saved, and
 searched with the distinct NCBI + BC5CDR dev mentions (int8, as the pipe encodes them). Prints
 size, build time, peak RSS of build and search, ms/query and recall@10 of concepts.
@@ -82,7 +82,7 @@ def child(vector_file: Path, index_type: str, queries_file: Path, saved: Path, e
     import faiss
 
     from bench_indexes import peak_rss_mb
-    from spacy_sapbert.search.index import _search_params, make_faiss_index
+    from spacy_sapbert.search.builders import _search_params, make_faiss_index
     from spacy_sapbert.search.streamed import DiskVectors
 
     faiss.omp_set_num_threads(2)

@@ -39,7 +39,7 @@ DEFAULT_INT8 = "model-int8"
 # The untrained all-MiniLM-L6-v2: the model whose vector space the bundled index holds.
 BASE = "base"
 
-# The default index's FAISS type: graph search over 8-bit vectors (see index.make_faiss_index);
+# The default index's FAISS type: graph search over 8-bit vectors (see search.builders.make_faiss_index);
 # `index = "default-exact"` takes the exact flat index instead.
 DEFAULT_INDEX_TYPE = "hnsw-sq8"
 

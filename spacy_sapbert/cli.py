@@ -13,7 +13,7 @@ from wasabi import msg
 
 from .assets import DEFAULT, MESH_LABEL_TYPES
 from .kb.formats import KB_FORMATS
-from .search.index import INDEX_TYPES
+from .search.builders import INDEX_TYPES
 
 app = typer.Typer(
     help="Link biomedical entity mentions to ontology concepts with SapBERT-style embeddings.",

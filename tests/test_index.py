@@ -14,8 +14,8 @@ from spacy_sapbert.search.index import (
     ROWS_FILE,
     ConceptIndex,
     ConceptIndexError,
-    _graph_over_codes,
 )
+from spacy_sapbert.search.builders import _graph_over_codes
 
 QUERIES = ["diabetes type two", "lactate acidosis", "platinum drug", "kidney failure", "tumor", "aspirin"]
 

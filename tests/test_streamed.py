@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from spacy_sapbert.search import index as index_module
+from spacy_sapbert.search import builders
 from spacy_sapbert.cli import app
-from spacy_sapbert.search.index import ConceptIndex, make_faiss_index
+from spacy_sapbert.search.builders import make_faiss_index
+from spacy_sapbert.search.index import ConceptIndex
 from spacy_sapbert.search.streamed import PROGRESS_FILE, DiskVectors, encode_to_disk
 
 
@@ -59,7 +60,7 @@ def test_an_index_filled_from_disk_in_chunks_searches_as_one_built_in_memory(mon
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     for index_type in ("flat", "sq8", "hnsw-sq8"):
         in_memory = make_faiss_index(vectors, index_type)
-        monkeypatch.setattr(index_module, "ADD_CHUNK", 1000)
+        monkeypatch.setattr(builders, "ADD_CHUNK", 1000)
         streamed = make_faiss_index(on_disk, index_type)
         monkeypatch.undo()
         assert np.array_equal(in_memory.search(queries, 10)[1], streamed.search(queries, 10)[1]), index_type
@@ -70,7 +71,7 @@ def test_an_index_filled_from_disk_in_chunks_searches_as_one_built_in_memory(mon
         return np.mean([len(set(t) & set(f)) / 10 for t, f in zip(exact, index.search(queries, 10)[1])])
 
     full = recall(make_faiss_index(vectors, "sq8"))
-    monkeypatch.setattr(index_module, "TRAIN_ROWS", 2000)
+    monkeypatch.setattr(builders, "TRAIN_ROWS", 2000)
     assert recall(make_faiss_index(on_disk, "sq8")) >= full - 0.02 and full > 0.9
 
 

@@ -117,7 +117,8 @@ def default_index_path(encoder) -> Path:
     """The default index for `encoder`, cached: the bundled index's search graph (built over its
     own codes once, in seconds) when the bundled index was built with `encoder`'s model; else
     the exact index of the default KB (built first when missing) in DEFAULT_INDEX_TYPE."""
-    from .index import SQ_TYPES, ConceptIndex
+    from .builders import SQ_TYPES
+    from .index import ConceptIndex
 
     meta = bundled_index_meta()
     if meta is not None and _index_matches(BUNDLED_INDEX, encoder.fingerprint):
@@ -163,7 +164,7 @@ def compact_source(index_path: Path) -> Optional[Path]:
     meta = bundled_index_meta()
     if meta is None or not meta.get("files"):
         return None
-    from .index import SQ_TYPES
+    from .builders import SQ_TYPES
 
     if meta["index_type"] in SQ_TYPES and Path(index_path) == _graph_cache(meta):
         return BUNDLED_INDEX

@@ -5,7 +5,7 @@ The vectors go to WORK_DIR/vectors.npy, a float32 .npy file written and read a c
 with plain file I/O (DiskVectors; never memory-mapped, so a process's RSS shows what it holds); WORK_DIR/progress.json records each finished chunk with what it was made from (a digest of
 the names, the model's fingerprint, the shape and chunk size). A build that was killed resumes
 after its last recorded chunk; one for other names or another model starts over. The index is
-then trained on a sample and filled chunk by chunk (index.make_faiss_index), so memory holds
+then trained on a sample and filled chunk by chunk (builders.make_faiss_index), so memory holds
 the index's codes and one chunk, never every vector."""
 import json
 import logging

@@ -84,7 +84,8 @@ def pack_command(source: Path = typer.Argument(..., help="A flat index of the su
     """Pack a flat index of the supplement's KB as inverted lists of product-quantised codes."""
     import time
 
-    from spacy_sapbert.search.index import ConceptIndex, make_faiss_index
+    from spacy_sapbert.search.builders import make_faiss_index
+    from spacy_sapbert.search.index import ConceptIndex
     from spacy_sapbert.search.supplement import save_supplement
 
     start = time.perf_counter()
