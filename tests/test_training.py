@@ -100,7 +100,7 @@ def test_a_batch_that_meets_the_margin_mines_nothing_and_costs_nothing():
 def test_unknown_loss_or_miner_is_refused():
     with pytest.raises(ObjectiveError, match=r"Unknown \[objective\] loss 'arcface'"):
         SelfAlignmentObjective(ObjectiveConfig(loss="arcface"))
-    with pytest.raises(ObjectiveError, match="Unknown miner 'random'"):
+    with pytest.raises(ObjectiveError, match=r"Unknown \[objective\] miner \(or 'none'\) 'random'; use one of triplet_margin"):
         SelfAlignmentObjective(ObjectiveConfig(miner="random"))
 
 

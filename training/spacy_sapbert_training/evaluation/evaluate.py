@@ -7,6 +7,7 @@ from enum import Enum
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+import catalogue
 import numpy as np
 import typer
 from wasabi import msg
@@ -28,24 +29,44 @@ CONCEPTUAL_DATASETS = ("mcsm", "synonym-pairs")
 PARENTHETICAL_DATASETS = ("bc5cdr-chemical",)
 
 
+# The linking systems the harness evaluates (`--system`): each a function of the dictionary and
+# the model options, registered by name (a package adds one through the entry-point group
+# "spacy_sapbert_systems").
+systems = catalogue.create("spacy_sapbert", "systems", entry_points=True)
+
+
+@systems.register("exact")
+def _exact(dictionary: KnowledgeBase, **options) -> LinkingSystem:
+    return ExactMatch(dictionary)
+
+
+@systems.register("tfidf")
+def _tfidf(dictionary: KnowledgeBase, **options) -> LinkingSystem:
+    return CharTfidf(dictionary)
+
+
+@systems.register("scispacy")
+def _scispacy(dictionary: KnowledgeBase, **options) -> LinkingSystem:
+    return ScispacyLinker(dictionary)
+
+
+@systems.register("model")
+def _model(dictionary: KnowledgeBase, model: Optional[str] = None, **options) -> LinkingSystem:
+    return EncoderSystem(dictionary, model or "default", **options)
+
+
 def make_system(system: str, dictionary: KnowledgeBase, model: Optional[str] = None,
                 precision: str = "fp32", index_type: str = "flat", sparse_weight: Optional[float] = None,
                 names_precision: str = "fp32", marginal_tau: Optional[float] = None,
                 calibration: Optional[Path] = None) -> LinkingSystem:
-    """The linking system `system` over `dictionary`; for "model", `calibration` is the index
-    whose names calibrate an int8 export made for it (None: the bundled index's, as the pipe
-    calibrates with its default index, so the dev figures are what the shipped pipe gets)."""
-    if system == "exact":
-        return ExactMatch(dictionary)
-    if system == "tfidf":
-        return CharTfidf(dictionary)
-    if system == "scispacy":
-        return ScispacyLinker(dictionary)
-    if system == "model":
-        return EncoderSystem(dictionary, model or "default", precision=precision, index_type=index_type,
-                             sparse_weight=sparse_weight, names_precision=names_precision, marginal_tau=marginal_tau,
-                             calibration=calibration)
-    raise ValueError(f"Unknown system {system!r}; use one of exact, tfidf, scispacy, model.")
+    """The linking system `system` (one of `systems`) over `dictionary`; for "model", `calibration`
+    is the index whose names calibrate an int8 export made for it (None: the bundled index's, as
+    the pipe calibrates with its default index, so the dev figures are what the shipped pipe gets)."""
+    if system not in systems:
+        raise ValueError(f"Unknown system {system!r}; use one of {', '.join(systems.get_all())}.")
+    return systems.get(system)(dictionary, model=model, precision=precision, index_type=index_type,
+                               sparse_weight=sparse_weight, names_precision=names_precision,
+                               marginal_tau=marginal_tau, calibration=calibration)
 
 
 def evaluate_linking(task: Task, system: LinkingSystem, parentheticals: bool = False) -> dict:
@@ -247,11 +268,8 @@ class Split(str, Enum):
     train_folds = "train-folds"
 
 
-class System(str, Enum):
-    exact = "exact"
-    tfidf = "tfidf"
-    scispacy = "scispacy"
-    model = "model"
+# --system: the registered systems as a choice.
+System = Enum("System", {name: name for name in systems.get_all()}, type=str)
 
 
 class Protocol(str, Enum):

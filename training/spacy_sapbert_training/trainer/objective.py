@@ -6,14 +6,14 @@ same concept are positives, all others negatives. An online miner keeps the hard
 (those that violate a margin λ on the distance), and a Multi-Similarity loss is computed over
 the pairs those triplets contain. Losses are registered functions (registry.losses) chosen by
 the config's `loss`, so a new one (an MS loss with KGE margins) is one more registered function;
-miners are looked up by name in `MINERS`.
+miners are registered functions too (registry.miners).
 
 The CPU recipe's objective (`loss = "synonym_marginal"`, SynonymMarginalLoss) needs no large
 batch: every query meets the whole dictionary as negatives, as frozen key vectors; it reads the
 "keys" batch source (registry.reads).
 """
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from pytorch_metric_learning import losses, miners
@@ -34,7 +34,7 @@ class ObjectiveConfig:
         which centre the positive and the negative exponents apart, where v1 has one ε.
     kge_vectors: for "multi_similarity_v3", an .npz of knowledge-graph embeddings ("ids",
         "vectors") of the pairs' concepts, whose cosine S_KGE sets each pair's margins.
-    miner: a key of MINERS, or "none" to feed every pair to the loss.
+    miner: a registered miner (registry.miners), or "none" to feed every pair to the loss.
     miner_margin: λ, the distance margin a triplet must violate to be kept.
     type_of_triplets: "all" (every violating triplet, SapBERT's choice), "hard" or "semihard".
     tau: the softmax temperature of "synonym_marginal" (cosines divided by it).
@@ -198,13 +198,9 @@ def kge_table(path: str, concept_ids: Sequence[str]) -> torch.Tensor:
     return table
 
 
+@registry.miners.register("triplet_margin")
 def _triplet_margin(config: ObjectiveConfig) -> torch.nn.Module:
     return miners.TripletMarginMiner(margin=config.miner_margin, type_of_triplets=config.type_of_triplets)
-
-
-MINERS: Dict[str, Callable[[ObjectiveConfig], torch.nn.Module]] = {
-    "triplet_margin": _triplet_margin,
-}
 
 
 class ObjectiveError(ValueError):
@@ -226,15 +222,11 @@ class SelfAlignmentObjective(torch.nn.Module):
     def __init__(self, config: ObjectiveConfig, concept_ids: Sequence[str] = ()):
         super().__init__()
         make_loss = registry.registered(registry.losses, config.loss, "[objective] loss", ObjectiveError)
-        if config.miner != "none" and config.miner not in MINERS:
-            raise ObjectiveError(
-                f"Unknown miner {config.miner!r}; use one of {', '.join(MINERS)} or 'none'."
-            )
+        make_miner = (None if config.miner == "none"
+                      else registry.registered(registry.miners, config.miner, "[objective] miner (or 'none')", ObjectiveError))
         self.config = config
         self.loss = make_loss(config, concept_ids)
-        self.miner: Optional[torch.nn.Module] = (
-            None if config.miner == "none" else MINERS[config.miner](config)
-        )
+        self.miner: Optional[torch.nn.Module] = None if make_miner is None else make_miner(config)
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> Tuple[torch.Tensor, int]:
         # Metric losses are numerically fragile in half precision (β = 60 inside an exp).

@@ -1,5 +1,5 @@
 """The registries a training config chooses its swappable parts from by name, as spaCy and
-spacy-transformers choose architectures: losses (`[objective] loss`), batch sources
+spacy-transformers choose architectures: losses (`[objective] loss`), miners (`[objective] miner`), batch sources
 (`[objective] batch_source`, or the one a loss reads) and model wrappers (`[model] adapter`, and
 a `[model] pooling` that changes the model). They are catalogue registries with entry points, so
 a package adds a part in its setup.cfg (group "spacy_sapbert_losses", …) without editing this one.
@@ -21,6 +21,8 @@ import catalogue
 losses = catalogue.create("spacy_sapbert", "losses", entry_points=True)
 batch_sources = catalogue.create("spacy_sapbert", "batch_sources", entry_points=True)
 model_wrappers = catalogue.create("spacy_sapbert", "model_wrappers", entry_points=True)
+# Miners (`[objective] miner`): a function of the [objective] section returning the miner module.
+miners = catalogue.create("spacy_sapbert", "miners", entry_points=True)
 
 Factory = TypeVar("Factory", bound=Callable)
 
