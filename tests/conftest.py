@@ -22,7 +22,7 @@ EXTRAS = {"torch", "transformers", "safetensors", "onnx", "ml_dtypes", "pytorch_
           "pronto", "ray", "pyarrow", "matplotlib", "spacy_sapbert_model",
           # the training package (training/), never part of the runtime install
           "spacy_sapbert_training"}
-MISSING_EXTRA = re.compile(r"ModuleNotFoundError: No module named '([\w]+)")
+MISSING_EXTRA = re.compile(r"ModuleNotFoundError: No module named '(\w+)")
 
 
 def pytest_configure(config):
@@ -47,8 +47,7 @@ def pytest_runtest_makereport(item, call):
     if RUNTIME_ONLY and report.failed and call.excinfo is not None and call.excinfo.errisinstance(ModuleNotFoundError):
         module = (call.excinfo.value.name or "").split(".")[0]
         if module in EXTRAS:
-            report.outcome = "skipped"
-            report.longrepr = (str(item.path), item.location[1] or 0, f"needs {module}, which the runtime install lacks")
+            _skipped(report, item.path, item.location[1] or 0, module)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -57,8 +56,13 @@ def pytest_make_collect_report(collector):
     report = outcome.get_result()
     module = _needs_extra(str(report.longrepr)) if RUNTIME_ONLY and report.failed else None
     if module:
-        report.outcome = "skipped"
-        report.longrepr = (str(collector.path), 0, f"needs {module}, which the runtime install lacks")
+        _skipped(report, collector.path, 0, module)
+
+
+def _skipped(report, path, line: int, module: str) -> None:
+    """Turn a failed report into a skip that names the missing module."""
+    report.outcome = "skipped"
+    report.longrepr = (str(path), line, f"needs {module}, which the runtime install lacks")
 
 # Tiny ontology: MeSH-like ids and tree numbers, so label_types can restrict candidates.
 TINY_CONCEPTS = [

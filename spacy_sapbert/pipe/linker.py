@@ -595,13 +595,11 @@ class SapBERTLinker(Pipe):
             generator.encoder.save(path / MODEL_DIR)
         cfg = {"pooling": generator.encoder.pooling, "max_length": self.encoder_loader.max_length,
                "precision": getattr(generator.encoder, "precision", "fp32")}
-        if "index" in exclude:
-            pass
-        elif self._compact is not None:
+        if "index" not in exclude and self._compact is not None:
             if (path / INDEX_DIR).resolve() != Path(self._compact).resolve():
                 shutil.copytree(self._compact, path / INDEX_DIR, dirs_exist_ok=True)
             cfg["index_graph_over_codes"] = True
-        else:
+        elif "index" not in exclude:
             generator.index.save(path / INDEX_DIR)
         if self.index_loader.names is not None and "names" not in exclude:
             names = Path(self.index_loader.names).expanduser()

@@ -93,7 +93,8 @@ def exact_default_index_path(encoder) -> Path:
     """The cached exact (flat) index of the default KB's names for `encoder`, built on first use
     (minutes on CPU, with a progress bar): the exact fp32 path, and, for a model the bundled
     index was not built with, the source of its compressed default."""
-    kb_meta = bundled_index_meta() or {"kb_name": "mesh-C-F03-D"}
+    bundled = bundled_index_meta()
+    kb_meta = bundled or {"kb_name": "mesh-C-F03-D"}
     cached = cache_dir() / f"index-{kb_meta['kb_name']}-{encoder.fingerprint}"
 
     def build(staging: Path) -> None:
@@ -108,7 +109,7 @@ def exact_default_index_path(encoder) -> Path:
 
     intact = lambda path: _cached_index_intact(path, encoder.fingerprint)  # noqa: E731
     # the KB by what a user knows it as (its kb_name is the recipe's, "linking_kb")
-    what = "the bundled KB" if bundled_index_meta() else "MeSH C/F03/D"
+    what = "the bundled KB" if bundled else "MeSH C/F03/D"
     return cached_build(cached, build, intact, f"exact index of {what} for {encoder}",
                         takes="about 20 min for the bundled KB's 230k names")
 
