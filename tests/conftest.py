@@ -110,7 +110,7 @@ def tiny_model(tmp_path_factory) -> Path:
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    from spacy_sapbert.encoders.base import POOLING_FILE
+    from spacy_sapbert.encoders.settings import write_settings
 
     path = tmp_path_factory.mktemp("tiny-bert")
     vocab_file = path / "vocab.txt"
@@ -124,7 +124,7 @@ def tiny_model(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     BertModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
-    (path / POOLING_FILE).write_text('{"pooling": "mean"}\n')
+    write_settings(path, pooling="mean")
     return path
 
 

@@ -78,7 +78,7 @@ def test_fp32_without_torch_names_the_extra(monkeypatch, tiny_model):
         load_encoder(tiny_model, "fp32")
 
 
-def test_fp32_without_torch_fails_at_add_pipe(monkeypatch, tiny_model, tiny_index_dir):
+def test_fp32_without_torch_fails_at_initialize(monkeypatch, tiny_model, tiny_index_dir):
     import sys
 
     import spacy
@@ -86,9 +86,11 @@ def test_fp32_without_torch_fails_at_add_pipe(monkeypatch, tiny_model, tiny_inde
     from spacy_sapbert.encoders.base import EncoderError
 
     monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={
+        "encoder": {"model": str(tiny_model), "precision": "fp32"}, "index": {"index": str(tiny_index_dir)}})
     with pytest.raises(EncoderError, match=r"^encoder.precision 'fp32' needs torch and transformers"):
-        spacy.blank("en").add_pipe("sapbert_linker", config={
-            "encoder": {"model": str(tiny_model), "precision": "fp32"}, "index": {"index": str(tiny_index_dir)}})
+        nlp.initialize()
 
 
 @pytest.mark.parametrize("model,precision,said", [

@@ -1,6 +1,5 @@
 """BioSyn's hybrid score: dense cosine + w × char 3-gram tf-idf cosine, the same in the pipe and
 the harness, and named rows under name precedence."""
-import json
 
 import numpy as np
 import pytest
@@ -8,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from spacy_sapbert.encoders.base import SPARSE_FILE, recorded_sparse_weight
+from spacy_sapbert.encoders.base import recorded_sparse_weight
+from spacy_sapbert.encoders.settings import write_settings
 from spacy_sapbert.search.index import ConceptIndex
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
 from spacy_sapbert.ranking.hybrid import HybridRescorer, fit_char_tfidf
@@ -137,7 +137,7 @@ def test_the_pipe_takes_the_weight_the_model_records(tiny_model, tiny_index_dir,
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
     assert recorded_sparse_weight(model) == 0.0
-    (model / SPARSE_FILE).write_text(json.dumps({"sparse_weight": 0.4}))
+    write_settings(model, sparse={"sparse_weight": 0.4})
     assert recorded_sparse_weight(model) == 0.4
 
     def linker(**config):

@@ -403,3 +403,37 @@ def test_an_unknown_ontology_for_queries_is_named_in_one_sentence(tmp_path):
                                       "--ontologies", "hp,snomed"])
     assert result.exit_code != 0 and "Unknown ontology 'snomed' in --ontologies" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "k").exists()
+
+
+MENTIONS_PUBTATOR = """{doc}|t|Duchenne muscular dystrophy (DMD) and breast and ovarian cancer.
+{doc}|a|DMD boys were studied.
+{doc}\t0\t27\tDuchenne muscular dystrophy\tSpecificDisease\tD020388
+{doc}\t29\t32\tDMD\tSpecificDisease\tD020388
+{doc}\t38\t63\tbreast and ovarian cancer\tCompositeMention\tD001943|D010051
+{doc}\t65\t68\tDMD\tSpecificDisease\tD020388
+"""
+
+
+def test_train_mentions_become_queries_against_the_ontologys_own_keys(tmp_path, monkeypatch):
+    from spacy_sapbert_training.data import datasets as ds
+    from spacy_sapbert_training.data.keys import mention_keyset
+
+    names = ["dmd", "muscular dystrophy duchenne", "breast cancer", "mammary carcinoma"]
+    cuis = ["MONDO:1", "MONDO:1", "D001943", "D001943"]
+    vectors = np.eye(4, 8, dtype=np.float32)
+    write_keyset(tmp_path / "base", names, cuis, vectors, [], {"model": "toy", "fingerprint": "f" * 16,
+                                                                  "source": "toy kb"})
+    kb = KnowledgeBase([Concept("MONDO:1", "muscular dystrophy duchenne", ["dmd"], alt_ids=["D020388"]),
+                        Concept("D001943", "breast cancer", ["mammary carcinoma"])])
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(MENTIONS_PUBTATOR.format(doc=doc) for doc in (101, 102, 103, 104, 105)))
+    monkeypatch.setattr(ds, "load_pubtator_split", lambda dataset, split, data_dir: ds.read_pubtator(path))
+    keys = mention_keyset(tmp_path / "base", tmp_path / "out", kb, ["bc5cdr-disease"], tmp_path)
+    # The keys are the base's, untouched; the MeSH gold finds the MONDO concept holding it; the
+    # short form reads as its long form; the composite is left out.
+    assert keys.names == names and np.array_equal(keys.vectors, vectors)
+    assert keys.queries == [("duchenne muscular dystrophy", keys.concepts.index("MONDO:1"))]
+    assert keys.meta["counts"]["bc5cdr-disease"] == {"mentions": 20, "queries": 15}
+    assert read_keyset(tmp_path / "out").queries == keys.queries
+    held = mention_keyset(tmp_path / "base", tmp_path / "held", kb, ["bc5cdr-disease"], tmp_path, held_out_fold=0)
+    assert held.meta["counts"]["bc5cdr-disease"]["mentions"] == 16 and held.meta["held_out_fold"] == 0

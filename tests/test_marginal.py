@@ -1,6 +1,5 @@
 """Concepts ranked by BioSyn's synonym-marginal score, the tau a model records, and the pipe and
 harness taking it."""
-import json
 import shutil
 
 import numpy as np
@@ -8,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spacy_sapbert.encoders.base import MARGINAL_FILE, recorded_marginal_tau
+from spacy_sapbert.encoders.base import recorded_marginal_tau
+from spacy_sapbert.encoders.settings import write_settings
 from spacy_sapbert.ranking.concepts import best_concepts
 
 FLOAT_MIN = np.finfo(np.float32).min
@@ -45,7 +45,7 @@ def marginal_model(tiny_model, tmp_path):
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
     assert recorded_marginal_tau(model) == 0.0
-    (model / MARGINAL_FILE).write_text(json.dumps({"tau": 0.05}))
+    write_settings(model, marginal={"tau": 0.05})
     return model
 
 

@@ -69,11 +69,6 @@ def test_names_that_are_no_knowledge_base_get_one_sentence(tmp_path):
     assert set(NAMED_KBS) == {"mesh", "mondo", "hpo", "go", "chebi", "doid"}
 
 
-def test_scispacys_linker_name_points_at_the_named_index():
-    with pytest.raises(ValueError, match=r'config=\{"index": \{"index": "hpo"\}\}'):
-        spacy.blank("en").add_pipe("sapbert_linker", config={"linker_name": "hpo"})
-
-
 def test_info_lists_the_knowledge_bases_by_name_and_which_are_built(offline_hpo, tiny_model):
     assert CliRunner().invoke(app, ["build-index", "--kb", "hpo", "--model", str(tiny_model),
                                     "--precision", "fp32"]).exit_code == 0

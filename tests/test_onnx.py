@@ -99,7 +99,7 @@ def test_int8_linking_never_imports_transformers(onnx_dirs, tiny_index_dir):
     code = (
         "import sys, spacy, spacy_sapbert\n"
         "nlp = spacy.blank('en'); nlp.add_pipe('entity_ruler').add_patterns([{'label': 'Disease', 'pattern': 'tumour'}])\n"
-        f"linker = nlp.add_pipe('sapbert_linker', config={{'model': {str(onnx_dirs['int8'])!r}, 'index': {str(tiny_index_dir)!r}, 'threshold': 0.0}})\n"
+        f"linker = nlp.add_pipe('sapbert_linker', config={{'encoder': {{'model': {str(onnx_dirs['int8'])!r}}}, 'index': {{'index': {str(tiny_index_dir)!r}}}, 'threshold': 0.0}})\n"
         "linker.initialize(); doc = nlp('a tumour')\n"
         "print(doc.ents[0]._.cui, 'transformers' in sys.modules)\n"
     )

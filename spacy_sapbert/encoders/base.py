@@ -9,7 +9,7 @@ from typing import Iterator, List, Optional, Protocol, Sequence, Tuple, Union, r
 
 import numpy as np
 
-from .settings import LEGACY_FILES, read_settings
+from .settings import read_settings
 
 # "mention": the mean of the tokens between the MENTION_START and MENTION_END markers of a
 # mention in its context, or of every token of a text without them (a name): CL+KGE's
@@ -18,11 +18,13 @@ POOLINGS = ("cls", "mean", "mention")
 MENTION_START, MENTION_END = "[Ms]", "[Me]"
 
 # What a model directory records lives in its settings file (settings.SETTINGS_FILE,
-# sapbert.json), one section each; the *_FILE names below are the files a directory written
-# before it holds them in, which settings.read_settings still reads.
-
-# The "pooling" section: how a model was trained, so that `pooling="auto"` knows.
-POOLING_FILE = LEGACY_FILES["pooling"]
+# sapbert.json), one section each: "pooling" (how it was trained, so that `pooling="auto"`
+# knows); "teacher" (the model whose vector space a student, or a query encoder trained against
+# a model's frozen keys, embeds into); "context" (for a model trained on mentions in their
+# context, "mention" pooling: {"window": tokens of the mention's sentence in all, "max_length":
+# wordpieces the windows were trained with}); "sparse" (the weight of the hybrid score's char
+# n-gram tf-idf term: score = dense cosine + sparse_weight × tf-idf cosine); "marginal" (the
+# synonym-marginal likelihood's temperature, {"tau": …}, by which the pipe ranks concepts).
 
 # Encodes shorter than this many texts get no progress bar.
 PROGRESS_MIN_TEXTS = 5000
@@ -32,26 +34,8 @@ PRECISIONS = ("fp32", "int8")
 # Tokens per mention or name (SapBERT's 25): biomedical names are short.
 MAX_LENGTH = 25
 
-# The "teacher" section of a student (a query encoder trained against a model's frozen keys, a
-# distilled student): the teacher whose vector space it embeds into.
-TEACHER_FILE = LEGACY_FILES["teacher"]
-
-# The "context" section of a model trained on mentions in their context ("mention" pooling):
-# how the pipe makes the text it encodes ({"window": tokens of the mention's sentence in all,
-# "max_length": wordpieces the windows were trained with}).
-MENTION_CONTEXT_FILE = LEGACY_FILES["context"]
-
-# The "sparse" section of a model trained with BioSyn's hybrid score: the weight of its char
-# n-gram tf-idf term (score = dense cosine + sparse_weight × tf-idf cosine).
-SPARSE_FILE = LEGACY_FILES["sparse"]
-
-# The "marginal" section of a model trained with the synonym-marginal likelihood: its
-# temperature ({"tau": …}), by which the pipe ranks concepts (ranking.best_concepts).
-MARGINAL_FILE = LEGACY_FILES["marginal"]
-
 # The sections that travel with a model into its package and its ONNX export.
 MODEL_RECORDS = ("sparse", "context", "marginal")
-_SECTION_OF_FILE = {name: section for section, name in LEGACY_FILES.items()}
 
 
 @runtime_checkable
@@ -78,8 +62,8 @@ class Encoder(Protocol):
 
 def model_record(model: Union[str, Path], name: str) -> Optional[dict]:
     """The record `name` a model directory holds (a settings section such as one of
-    MODEL_RECORDS, or the legacy file that held it, such as SPARSE_FILE), or None."""
-    return read_settings(model).get(_SECTION_OF_FILE.get(name, name))
+    MODEL_RECORDS), or None."""
+    return read_settings(model).get(name)
 
 
 def recorded_sparse_weight(model: Union[str, Path]) -> float:

@@ -2,8 +2,7 @@
 
 `OnnxEncoder` runs a directory written by `encoders.export.export_onnx` (an ONNX graph that does
 the whole job: encoder, pooling, L2 normalisation, with int8 MatMul and embedding weights, beside
-the tokenizer and a `sapbert.json` whose "onnx" section records how it was made; an export written
-before sapbert.json has it in `sapbert_onnx.json`, which still loads) with ONNX Runtime and the
+the tokenizer and a `sapbert.json` whose "onnx" section records how it was made) with ONNX Runtime and the
 `tokenizers` library only, so a pipeline that links with it never imports torch or transformers.
 
 An int8 encoder stands in for the model it was exported from: it answers to that model's
@@ -22,16 +21,12 @@ import numpy as np
 
 from ..cache import damaged_record
 from .base import PROGRESS_MIN_TEXTS, EncoderError, context_max_length
-from .settings import LEGACY_FILES, SETTINGS_FILE, SettingsError, read_settings
+from .settings import SETTINGS_FILE, SettingsError, read_settings
 
 logger = logging.getLogger(__name__)
 
-# The file whose "onnx" section records an export (settings.SETTINGS_FILE); an export written
-# before it holds that record in ONNX_LEGACY_META.
+# The file whose "onnx" section records an export (settings.SETTINGS_FILE).
 ONNX_META = SETTINGS_FILE
-
-
-ONNX_LEGACY_META = LEGACY_FILES["onnx"]
 
 
 ONNX_FILE = "model.onnx"
@@ -45,7 +40,7 @@ TOKENIZER_FILE = "tokenizer.json"
 ONNX_FORMAT_VERSION = 2
 
 
-READABLE_FORMAT_VERSIONS = (1, 2)
+READABLE_FORMAT_VERSIONS = (2,)
 
 
 # What int8 quantises (per channel): the MatMuls and the embedding tables (Gather). The
@@ -111,15 +106,12 @@ class OnnxEncoder:
             raise EncoderError(f"{err}; export the model again.") from None
         meta = settings.get("onnx")
         if meta is None:
-            raise EncoderError(f"{path} records no export (no {ONNX_META} with an \"onnx\" section, nor "
-                               f"{ONNX_LEGACY_META}), so it is not an exported ONNX encoder; "
+            raise EncoderError(f"{path} records no export (no {ONNX_META} with an \"onnx\" section), so it is not "
+                               "an exported ONNX encoder; "
                                "write one with `spacy-sapbert export-onnx`.")
         if meta.get("format_version") not in READABLE_FORMAT_VERSIONS:
             raise EncoderError(f"{path}'s export has format version {meta.get('format_version')!r}, "
                                f"but this spacy-sapbert reads {READABLE_FORMAT_VERSIONS}; export the model again.")
-        if meta["format_version"] == 1 and meta.get("precision") == "int8":
-            logger.warning("%s was exported by an older spacy-sapbert: its int8 vectors depend on the other "
-                           "texts of a batch. Export it again (`spacy-sapbert export-onnx`) for batch-independent links.", path)
         if pooling not in ("auto", meta["pooling"]):
             raise EncoderError(f"{path} was exported with {meta['pooling']} pooling, which is part of its "
                                f"graph, so pooling={pooling!r} cannot apply; export it again to change it.")

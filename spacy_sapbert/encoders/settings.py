@@ -11,10 +11,6 @@ It holds one section per thing a model records beside its weights:
     training  the training record (data, steps, hardware, config, the run it started from)
     onnx      how an ONNX export was made (format, pooling, files and their checksums, ...)
 
-A directory written before SETTINGS_FILE holds each section in a file of its own
-(LEGACY_FILES); `read_settings` assembles the same sections from them, so such a directory
-(the bundled models, a cached ONNX export) loads as it is. Nothing writes those files any more.
-
 Nothing here imports torch or the training code.
 """
 import json
@@ -25,18 +21,7 @@ from ..cache import replace_file
 
 SETTINGS_FILE = "sapbert.json"
 
-# The file each section was written to before SETTINGS_FILE; "pooling" held {"pooling": name}.
-LEGACY_FILES = {
-    "pooling": "sapbert_pooling.json",
-    "teacher": "sapbert_teacher.json",
-    "context": "sapbert_context.json",
-    "sparse": "sapbert_sparse.json",
-    "marginal": "sapbert_marginal.json",
-    "base": "sapbert_base.json",
-    "training": "training.json",
-    "onnx": "sapbert_onnx.json",
-}
-SECTIONS = tuple(LEGACY_FILES)
+SECTIONS = ("pooling", "teacher", "context", "sparse", "marginal", "base", "training", "onnx")
 
 
 class SettingsError(ValueError):
@@ -50,42 +35,29 @@ def _read_json(path: Path) -> Any:
         raise SettingsError(f"{path} is not valid JSON") from None
 
 
-def _legacy_sections(model_dir: Path) -> Dict[str, Any]:
-    """The sections a directory written before SETTINGS_FILE holds in LEGACY_FILES."""
-    sections = {}
-    for section, name in LEGACY_FILES.items():
-        path = model_dir / name
-        if path.is_file():
-            record = _read_json(path)
-            sections[section] = record["pooling"] if section == "pooling" else record
-    return sections
-
-
 def read_settings(model_dir: Union[str, Path]) -> Dict[str, Any]:
     """Read the settings a model directory records.
 
     model_dir (Union[str, Path]): The model directory. A path that is not a directory (a
         Hugging Face model name, say) records nothing.
-    RETURNS (Dict[str, Any]): The sections of its SETTINGS_FILE (see the module docstring),
-        over those its LEGACY_FILES hold: SETTINGS_FILE wins a section both record. Empty when
-        it records none.
+    RETURNS (Dict[str, Any]): The sections of its SETTINGS_FILE (see the module docstring);
+        empty when it has none.
     RAISES (SettingsError): A settings file is not valid JSON.
     """
     model_dir = Path(model_dir).expanduser()
     if not model_dir.is_dir():
         return {}
-    sections = _legacy_sections(model_dir)
     path = model_dir / SETTINGS_FILE
-    if path.is_file():
-        settings = _read_json(path)
-        if not isinstance(settings, dict):
-            raise SettingsError(f"{path} holds {type(settings).__name__}, not an object of sections")
-        sections.update(settings)
-    return sections
+    if not path.is_file():
+        return {}
+    settings = _read_json(path)
+    if not isinstance(settings, dict):
+        raise SettingsError(f"{path} holds {type(settings).__name__}, not an object of sections")
+    return settings
 
 
 def write_settings(model_dir: Union[str, Path], **sections: Any) -> Path:
-    """Merge sections into a model directory's SETTINGS_FILE (never into its LEGACY_FILES).
+    """Merge sections into a model directory's SETTINGS_FILE.
 
     model_dir (Union[str, Path]): The model directory; made if it does not exist.
     **sections: The sections to write, by name (SECTIONS); each replaces the one the file held.

@@ -22,14 +22,12 @@ from .base import (
     length_sorted_batches,
     recorded_context,
 )
-from .settings import LEGACY_FILES, read_settings, write_settings
+from .settings import read_settings, write_settings
 
 logger = logging.getLogger(__name__)
 
 # The "base" section of a model that stores only what training changed: the model its other
 # weights come from (its word embeddings, say, which training kept frozen) and their sha256.
-# BASE_FILE: the file a directory written before settings.SETTINGS_FILE holds it in.
-BASE_FILE = LEGACY_FILES["base"]
 # peft's record of an adapter trained alone (spacy_sapbert_training.trainer.adapters): loaded onto its base and merged.
 ADAPTER_FILE = "adapter_config.json"
 

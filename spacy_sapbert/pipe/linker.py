@@ -1,16 +1,14 @@
 """The `sapbert_linker` pipe: collect the entities (or a span group), link them through a
 `candidates.CandidateGenerator`, set the annotations, as scispaCy's linker does around its
-candidate generator. The knobs are `candidates.CandidateSettings` and `PipeSettings`; the
-encoder and the index come from the registered sub-configs of `pipe.loaders`."""
+candidate generator. The knobs are `candidates.CandidateSettings` and `settings.PipeSettings`,
+each a parameter of the factory; the encoder, the index and the scoring come from the
+registered sub-configs of `pipe.loaders`."""
 import dataclasses
-import inspect
 import logging
 import shutil
-import sys
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import srsly
 from spacy.language import Language
@@ -19,11 +17,13 @@ from spacy.tokens import Doc, Span
 from spacy.util import minibatch, registry
 
 from ..mentions.abbreviations import follow_long_forms, is_short_form, linked_text, long_forms
-from ..candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, Scoring, check_settings
+from ..candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, Scoring
 from ..encoders.base import in_window
 from ..mentions.parenthetical import parenthetical_sources
 from ..search.index import ConceptIndexError, check_label_types
+from .extensions import register_extensions
 from .loaders import ENCODER_CONFIG, INDEX_CONFIG, SCORING_CONFIG, EncoderLoader, IndexLoader
+from .settings import PipeSettings, Setting, users_line
 
 logger = logging.getLogger(__name__)
 # scispaCy's AbbreviationDetector runs an empty Matcher on every document without a definition,
@@ -37,129 +37,6 @@ CFG_FILE = "cfg.json"
 SERIALIZED = ("model", "index", "names", "cfg")
 # The names table (index.names) in a saved pipeline.
 NAMES_FILE = "names.tsv"
-
-
-ATTRIBUTES = {"cui": "cui", "score": "cui_score", "candidates": "kb_ents", "nil_candidates": "nil_kb_ents"}
-
-
-@dataclass
-class PipeSettings:
-    """What the pipe links and where it writes (knobs of the pipe's config).
-
-    resolve_abbreviations: link the long form of abbreviations found by scispaCy's
-        AbbreviationDetector (`doc._.abbreviations`), with the definitions it misses when such a
-        detector runs before this pipe, and a short form the text never defines as the one other
-        entity it abbreviates; and put entities right by the definitions (an entity that ends a
-        long form but starts inside it is widened to it; a short form takes the label of the
-        entity over its long form). docs/evaluation.md names each step.
-    labels: entity labels to link; empty links every entity (any case: DISEASE is Disease).
-    label_types: entity label → allowed concept type prefixes (e.g. {"Disease": ["C", "F03"]});
-        None takes the index's own mapping, {} restricts nothing.
-    spans_key: link the span group `doc.spans[spans_key]` (as medspaCy keeps its entities)
-        instead of `doc.ents`.
-    batch_size: documents per batch in `pipe` (their distinct mentions are encoded together).
-    attributes: the names of the Span extensions set, {"cui": …, "score": …, "candidates": …,
-        "nil_candidates": …}: a NIL entity's candidates (below the threshold, so its `kb_ents`
-        is empty) go in the last, so a user can see how close it came; a linked entity's is [].
-    parenthetical_labels: entity labels (any case) whose "A (B)" pairs read B as another name of A:
-        the one scoring lower and its repeats in the document take the other's candidates
-        ("amrubicin (SM-5887)", "WR-2721 (amifostine)"; mentions.parenthetical); empty: none.
-        Chemical only by default:
-        for diseases a parenthesis is as often a subtype or a cause as a synonym.
-    follow_long_forms: not a config key (configs before 0.2 set it): False keeps entities as the
-        NER left them while their abbreviations are still resolved.
-    """
-
-    resolve_abbreviations: bool = True
-    labels: List[str] = field(default_factory=list)
-    label_types: Optional[Dict[str, List[str]]] = None
-    spans_key: Optional[str] = None
-    batch_size: int = 256
-    attributes: Dict[str, str] = field(default_factory=lambda: dict(ATTRIBUTES))
-    parenthetical_labels: List[str] = field(default_factory=lambda: ["Chemical"])
-    follow_long_forms: bool = True
-
-    def __post_init__(self) -> None:
-        check_settings(self)
-        for key in ("labels", "parenthetical_labels"):
-            value = getattr(self, key)
-            if not (isinstance(value, (list, tuple)) and all(isinstance(label, str) for label in value)):
-                raise ValueError(f"{key} ({value!r}) must be a list of entity labels, such as [\"Chemical\"]; set it "
-                                 "in the sapbert_linker config.")
-        if isinstance(self.attributes, dict) and set(self.attributes) < set(ATTRIBUTES):
-            self.attributes = {**ATTRIBUTES, **self.attributes}
-        if not (isinstance(self.attributes, dict) and set(self.attributes) == set(ATTRIBUTES)
-                and all(isinstance(v, str) and v for v in self.attributes.values())):
-            raise ValueError(f"attributes ({self.attributes!r}) must name the Span extensions {sorted(ATTRIBUTES)}, such as "
-                             f"{ATTRIBUTES}; set it in the sapbert_linker config.")
-
-
-SETTINGS = (CandidateSettings, PipeSettings, Scoring)
-# Knobs that are not top-level config keys (Scoring has its own sub-config).
-HIDDEN = {"follow_long_forms"}
-# Keys of configs written before 0.2, still read with one deprecation warning.
-FLAT_ENCODER_KEYS = {"model": "model", "precision": "precision", "pooling": "pooling", "max_length": "max_length",
-                     "device": "device", "threads": "threads", "encoder_batch_size": "batch_size"}
-FLAT_SCORING_KEYS = ("sparse_weight", "marginal_tau", "exact_first", "exact_match")
-FLAT_ATTRIBUTE_KEYS = {"cui_attr": "cui", "score_attr": "score", "candidates_attr": "candidates"}
-# scispaCy's linker key that has no counterpart here: read only to say what to write instead.
-SCISPACY_KEYS = ("linker_name",)
-LEGACY_KEYS = (*FLAT_ENCODER_KEYS, *FLAT_SCORING_KEYS, *FLAT_ATTRIBUTE_KEYS, "follow_long_forms", *SCISPACY_KEYS)
-
-
-def _users_line() -> int:
-    """The stacklevel, for a warnings.warn in the caller, of the first frame outside this package
-    and the libraries that call it (spaCy, confection, thinc): a warning names the user's line."""
-    import confection
-    import spacy
-    import thinc
-
-    libraries = tuple(str(Path(module.__file__).parent) for module in (sys.modules[__package__.split(".")[0]],
-                                                                        spacy, confection, thinc))
-    frame, level = sys._getframe(2), 2
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(libraries):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-def _config_fields():
-    return [f for kind in SETTINGS[:2] for f in dataclasses.fields(kind) if f.name not in HIDDEN]
-
-
-def _defaults() -> dict:
-    values = {**dataclasses.asdict(CandidateSettings()), **dataclasses.asdict(PipeSettings())}
-    return {f.name: values[f.name] for f in _config_fields()}
-
-
-def _settings_signature(factory: Callable) -> Callable:
-    """Give `factory` (which takes the knobs as **settings) a signature that lists every config
-    key of SETTINGS, so that spaCy's config validation knows them: the knobs are written once, in
-    the dataclasses. **settings stays, to read the keys of older configs."""
-    signature = inspect.signature(factory)
-    fixed = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
-    defaults = _defaults()
-    knobs = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=defaults[f.name], annotation=f.type)
-             for f in _config_fields()]
-    # Read from older configs (saved pipelines); null, and left out of the filled config.
-    legacy = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[Any])
-              for key in LEGACY_KEYS]
-    factory.__signature__ = signature.replace(parameters=fixed + knobs + legacy)
-    factory.__annotations__ = {**factory.__annotations__, **{p.name: p.annotation for p in knobs + legacy}}
-    return factory
-
-
-class _PipeConfigs(dict):
-    """A pipeline's `_pipe_configs` once it has a sapbert_linker: the keys of configs written
-    before 0.2, read when given and null otherwise, are left out of its filled config, so that
-    `nlp.config` shows the keys of today only."""
-
-    def __setitem__(self, name: str, config) -> None:
-        if config.get("factory") == "sapbert_linker":
-            for key in LEGACY_KEYS:
-                if key in config and config[key] is None:
-                    del config[key]
-        super().__setitem__(name, config)
-
 
 # The linker's scorer, registered as spaCy's entity_linker registers its own.
 SCORER = "spacy-sapbert.linker_scorer.v1"
@@ -187,41 +64,48 @@ def make_linker_scorer() -> Callable:
     assigns=["doc.ents", "token.ent_kb_id", "span._.cui", "span._.cui_score", "span._.kb_ents"],
     default_score_weights={"nel_micro_f": 1.0, "nel_micro_r": None, "nel_micro_p": None},
     default_config={"encoder": ENCODER_CONFIG, "index": INDEX_CONFIG, "scoring": SCORING_CONFIG,
-                    "scorer": {"@scorers": SCORER}, **_defaults()},
+                    "scorer": {"@scorers": SCORER}, **dataclasses.asdict(CandidateSettings()),
+                    **dataclasses.asdict(PipeSettings())},
 )
-@_settings_signature
-def make_sapbert_linker(nlp: Language, name: str, encoder: EncoderLoader, index: Union[IndexLoader, str],
-                        scoring: Scoring, scorer: Optional[Callable] = None, **settings) -> "SapBERTLinker":
-    """Create the linker; it loads nothing until `initialize`, `from_disk` or first use.
+def make_sapbert_linker(
+    nlp: Language,
+    name: str,
+    encoder: EncoderLoader,
+    index: IndexLoader,
+    scoring: Scoring,
+    scorer: Optional[Callable],
+    k: int,
+    threshold: float,
+    max_entities_per_mention: int,
+    filter_for_definitions: bool,
+    no_definition_threshold: float,
+    cache_size: int,
+    resolve_abbreviations: bool,
+    labels: List[str],
+    label_types: Optional[Dict[str, List[str]]],
+    spans_key: Optional[str],
+    batch_size: int,
+    attributes: Dict[str, str],
+    parenthetical_labels: List[str],
+) -> "SapBERTLinker":
+    """Create the linker; it loads nothing until `initialize`, `from_disk` or first use, which
+    also check the encoder's and the index's sources.
 
     encoder, index, scoring: the registered sub-configs (`pipe.loaders`). scorer: what
-    `nlp.evaluate` calls (SCORER, as spaCy's entity_linker has its own). settings: the knobs of
-    `candidates.CandidateSettings` and `PipeSettings` (README, Config).
+    `nlp.evaluate` calls (SCORER, as spaCy's entity_linker has its own). The rest: the knobs of
+    `candidates.CandidateSettings` and `settings.PipeSettings` (README, Config).
     """
-    linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, scoring=scoring, scorer=scorer, **settings)
-    if not _built_from_config():
-        linker.encoder_loader.check_source()
-        linker.index_loader.check_source()
+    candidates = CandidateSettings(k=k, threshold=threshold, max_entities_per_mention=max_entities_per_mention,
+                                   filter_for_definitions=filter_for_definitions,
+                                   no_definition_threshold=no_definition_threshold, cache_size=cache_size)
+    settings = PipeSettings(resolve_abbreviations=resolve_abbreviations, labels=labels, label_types=label_types,
+                            spans_key=spans_key, batch_size=batch_size, attributes=attributes,
+                            parenthetical_labels=parenthetical_labels)
+    linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, scoring=scoring, scorer=scorer,
+                           candidates=candidates, settings=settings)
     linker.nlp = nlp
-    if not isinstance(nlp._pipe_configs, _PipeConfigs):
-        nlp._pipe_configs = _PipeConfigs(nlp._pipe_configs)
     _check_labels_against_ner(nlp, linker.labels)
     return linker
-
-
-def _built_from_config() -> bool:
-    """Whether the pipe is being made by spaCy's Language.from_config (spacy.load, a saved
-    pipeline, a training config) rather than by a user's add_pipe. A saved pipeline's config
-    keeps the model and index paths it was made with, which need not exist where it is loaded:
-    its own copies come from from_disk. So those paths are checked at add_pipe, and, from a
-    config, when the pipe first loads (initialize or the first document)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "from_config" and Path(code.co_filename).parent.name == "spacy":
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _check_labels_against_ner(nlp: Language, labels: Iterable[str]) -> None:
@@ -235,88 +119,6 @@ def _check_labels_against_ner(nlp: Language, labels: Iterable[str]) -> None:
                          f"{', '.join(sorted(known))}); fix labels in the sapbert_linker config.")
 
 
-def _stored(candidates_attr: str) -> str:
-    return f"{candidates_attr}_stored"
-
-
-def _candidates_getter(candidates_attr: str) -> Callable[[Span], List[Tuple[str, float]]]:
-    store = _stored(candidates_attr)
-
-    def candidates(span: Span) -> List[Tuple[str, float]]:
-        return [tuple(pair) for pair in (span._.get(store) or [])]
-
-    candidates.sapbert_store = store  # marks the getter as ours
-    return candidates
-
-
-def _register_extensions(cui_attr: str, score_attr: str, *candidate_attrs: str) -> Dict[str, str]:
-    """Register the Span extensions; return, for each of `candidate_attrs`, the stored
-    attribute behind it, or the attribute itself where another package (scispaCy's linker)
-    registered it first, in which case the candidates are set on it directly. Stored behind a
-    getter, candidates come back as (concept_id, score) tuples from nlp.pipe(n_process=2) too,
-    whose workers return them as lists."""
-    for attr in (cui_attr, score_attr):
-        if not Span.has_extension(attr):
-            Span.set_extension(attr, default=None)
-    stores = {}
-    for attr in candidate_attrs:
-        store = _stored(attr)
-        if not Span.has_extension(store):
-            Span.set_extension(store, default=None)
-        if not Span.has_extension(attr):
-            Span.set_extension(attr, getter=_candidates_getter(attr))
-        getter = Span.get_extension(attr)[2]
-        stores[attr] = store if getattr(getter, "sapbert_store", None) == store else attr
-    return stores
-
-
-def _legacy_keys(encoder: Optional[EncoderLoader], index, scoring: Optional[Scoring], settings: dict):
-    """(encoder loader, index loader, scoring) with the keys of a config written before 0.2 (flat
-    `model`, `precision`, …, `index` as a string, flat scoring and attribute names) moved where
-    they belong now, with one deprecation warning; `settings` loses those keys (null ones are
-    what a filled config of today holds)."""
-    for key in LEGACY_KEYS:
-        if key in settings and settings[key] is None:
-            del settings[key]
-    if "linker_name" in settings:
-        from ..kb.named import NAMED_KBS
-
-        wanted = str(settings["linker_name"])
-        name = wanted if wanted in NAMED_KBS else "umls:META_FOLDER" if wanted == "umls" else "default"
-        raise ValueError(f"linker_name ({settings['linker_name']!r}) is scispaCy's key; sapbert_linker searches the "
-                         f"index its `index` sub-config names: config={{\"index\": {{\"index\": \"{name}\"}}}}, "
-                         f"with \"default\", a knowledge base by name ({', '.join(NAMED_KBS)}, umls:META_FOLDER) "
-                         "or a directory from `spacy-sapbert build-index`.")
-    flat = {FLAT_ENCODER_KEYS[key]: settings.pop(key) for key in list(settings) if key in FLAT_ENCODER_KEYS}
-    flat_scoring = {key: settings.pop(key) for key in FLAT_SCORING_KEYS if key in settings}
-    attributes = {FLAT_ATTRIBUTE_KEYS[key]: settings.pop(key) for key in list(settings) if key in FLAT_ATTRIBUTE_KEYS}
-    if flat or flat_scoring or attributes or isinstance(index, (str, Path)) or "follow_long_forms" in settings:
-        legacy = ", ".join(key for key in LEGACY_KEYS if key not in SCISPACY_KEYS)
-        warnings.warn(f"sapbert_linker's flat keys ({legacy}, and index = \"…\") are deprecated since 0.2: write "
-                      "them in its [encoder], [index] and [scoring] sub-configs and `attributes` (CHANGELOG.md).",
-                      FutureWarning, stacklevel=_users_line())
-    if attributes:
-        settings["attributes"] = {**ATTRIBUTES, **settings.get("attributes", {}), **attributes}
-    encoder = dataclasses.replace(encoder or EncoderLoader(), **flat)
-    index = IndexLoader(str(index)) if isinstance(index, (str, Path)) else (index or IndexLoader())
-    scoring = dataclasses.replace(scoring or Scoring(), **flat_scoring)
-    return encoder, index, scoring
-
-
-def _split_settings(settings: dict) -> tuple:
-    """(CandidateSettings, PipeSettings) from the factory's remaining keys; one sentence for a key
-    that is none of them."""
-    parts = []
-    for kind in SETTINGS[:2]:
-        names = {f.name for f in dataclasses.fields(kind)}
-        parts.append(kind(**{key: settings.pop(key) for key in list(settings) if key in names}))
-    if settings:
-        known = sorted(f.name for f in _config_fields())
-        raise ValueError(f"sapbert_linker has no setting {sorted(settings)[0]!r}; its settings are "
-                         f"{', '.join(known)}, and the encoder, index and scoring sub-configs.")
-    return tuple(parts)
-
-
 class SapBERTLinker(Pipe):
     """Link entities to concepts: embed each mention, search the concept index, set
     `span._.cui`, `span._.cui_score`, `span._.kb_ents` and `span.kb_id_`. Every knob of
@@ -324,46 +126,55 @@ class SapBERTLinker(Pipe):
     (`linker.threshold = 0.5`, `linker.sparse_weight = 0.9`); a change takes effect at once (the
     remembered candidates are forgotten)."""
 
+    k = Setting("candidate_settings")
+    threshold = Setting("candidate_settings")
+    max_entities_per_mention = Setting("candidate_settings")
+    filter_for_definitions = Setting("candidate_settings")
+    no_definition_threshold = Setting("candidate_settings")
+    cache_size = Setting("candidate_settings")
+    resolve_abbreviations = Setting("pipe_settings")
+    labels = Setting("pipe_settings")
+    label_types = Setting("pipe_settings")
+    spans_key = Setting("pipe_settings")
+    batch_size = Setting("pipe_settings")
+    parenthetical_labels = Setting("pipe_settings")
+    sparse_weight = Setting("scoring")
+    marginal_tau = Setting("scoring")
+    exact_first = Setting("scoring")
+    exact_match = Setting("scoring")
+
     def __init__(self, vocab, name: str = "sapbert_linker", *, encoder: Optional[EncoderLoader] = None,
-                 index: Union[IndexLoader, str, None] = None, scoring: Optional[Scoring] = None,
-                 scorer: Optional[Callable] = None, **settings):
-        settings = dict(settings)
-        self.scorer = scorer or score_links
-        encoder, index, scoring = _legacy_keys(encoder, index, scoring, settings)
-        object.__setattr__(self, "_knobs", (*_split_settings(settings), scoring))
+                 index: Optional[IndexLoader] = None, scoring: Optional[Scoring] = None,
+                 scorer: Optional[Callable] = None, candidates: Optional[CandidateSettings] = None,
+                 settings: Optional[PipeSettings] = None):
         self.vocab = vocab
         self.name = name
-        self.encoder_loader, self.index_loader = encoder, index
+        self.scorer = scorer or score_links
+        self.encoder_loader, self.index_loader = encoder or EncoderLoader(), index or IndexLoader()
+        self.candidate_settings = candidates or CandidateSettings()
+        self.pipe_settings = settings or PipeSettings()
+        self.scoring = scoring or Scoring()
         self.generator: Optional[CandidateGenerator] = None
         self.nlp: Optional[Language] = None  # the pipeline it belongs to (the factory sets it)
         self._compact: Optional[Path] = None  # the compact index a searched graph was built over
         self._checked: set = set()  # the pipeline checks done (_check_pipeline), each once
-        self._stores = _register_extensions(self.cui_attr, self.score_attr, self.candidates_attr,
-                                            self.attributes["nil_candidates"])
+        self._stores = register_extensions(self.cui_attr, self.score_attr, self.candidates_attr,
+                                           self.attributes["nil_candidates"])
 
-    def __getattr__(self, name: str):
-        for knobs in self.__dict__.get("_knobs", ()):
-            if name in knobs.__dataclass_fields__:
-                return getattr(knobs, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    def settings_changed(self) -> None:
+        """A knob changed (Setting): the remembered candidates are forgotten."""
+        if self.generator is not None:
+            self.generator.clear_cache()
 
-    def __setattr__(self, name: str, value) -> None:
-        for knobs in self.__dict__.get("_knobs", ()):
-            if name in knobs.__dataclass_fields__:
-                if name == "attributes":
-                    raise AttributeError("attributes cannot change on a live pipe (the Span extensions are "
-                                         "registered); set it in the sapbert_linker config.")
-                old = getattr(knobs, name)
-                setattr(knobs, name, value)
-                try:
-                    knobs.__post_init__()
-                except ValueError:
-                    setattr(knobs, name, old)
-                    raise
-                if self.__dict__.get("generator") is not None:
-                    self.generator.clear_cache()
-                return
-        object.__setattr__(self, name, value)
+    @property
+    def attributes(self) -> Dict[str, str]:
+        """The Span extensions' names (PipeSettings.attributes); fixed once the pipe is made."""
+        return self.pipe_settings.attributes
+
+    @attributes.setter
+    def attributes(self, value) -> None:
+        raise AttributeError("attributes cannot change on a live pipe (the Span extensions are registered); set it in "
+                             "the sapbert_linker config.")
 
     @property
     def cui_attr(self) -> str:
@@ -376,12 +187,6 @@ class SapBERTLinker(Pipe):
     @property
     def candidates_attr(self) -> str:
         return self.attributes["candidates"]
-
-    @property
-    def labels(self) -> List[str]:
-        """The entity labels linked (PipeSettings; spaCy's Pipe has a `labels` of its own, which
-        would answer before __getattr__)."""
-        return self._knobs[1].labels
 
     # -- loading --------------------------------------------------------------------------
 
@@ -414,7 +219,10 @@ class SapBERTLinker(Pipe):
         encoder_loader = self.encoder_loader
         if model is not None:
             encoder_loader = dataclasses.replace(encoder_loader, model=str(model))
-        self.generator = CandidateGenerator.load(encoder_loader, self.index_loader, self._knobs[0], self._knobs[2],
+        else:  # one sentence for a source that is not there, before anything is fetched or built
+            encoder_loader.check_source()
+        self.index_loader.check_source()
+        self.generator = CandidateGenerator.load(encoder_loader, self.index_loader, self.candidate_settings, self.scoring,
                                                  graph_over=graph_over)
         from ..search.resolve import compact_source
 
@@ -478,12 +286,12 @@ class SapBERTLinker(Pipe):
             if self.resolve_abbreviations and not self._detector_runs_first():
                 warnings.warn(f"{self.name} resolves abbreviations only after an abbreviation detector, and none runs "
                               f"before it, so \"NIDDM\" is linked as written; add nlp.add_pipe(\"abbreviation_detector\", "
-                              f"before=\"{self.name}\"), or set resolve_abbreviations to false.", UserWarning, stacklevel=_users_line())
+                              f"before=\"{self.name}\"), or set resolve_abbreviations to false.", UserWarning, stacklevel=users_line())
         if self.spans_key and "spans_key" not in checked and any(self.spans_key not in doc.spans for doc in docs):
             checked.add("spans_key")
             warnings.warn(f"{self.name} links the span group doc.spans[{self.spans_key!r}] (spans_key), which a "
                           "document lacks, so nothing is linked there; set spans_key to the group your NER fills, "
-                          "or to null to link doc.ents.", UserWarning, stacklevel=_users_line())
+                          "or to null to link doc.ents.", UserWarning, stacklevel=users_line())
         if "order" not in checked and not self.spans_key and self.nlp is not None and docs and not any(d.ents for d in docs):
             names = [name for name, _ in self.nlp.pipeline]
             later = [name for name in names[names.index(self.name) + 1:] if self.name in names
@@ -492,7 +300,7 @@ class SapBERTLinker(Pipe):
                 checked.add("order")
                 warnings.warn(f"{self.name} runs before {later[0]!r}, which sets doc.ents, so it finds no entities to "
                               f"link; add it after: nlp.add_pipe(\"{self.name}\", after=\"{later[0]}\").",
-                              UserWarning, stacklevel=_users_line())
+                              UserWarning, stacklevel=users_line())
 
     def _mentions(self, doc: Doc) -> Tuple[List[Span], List[Optional[Mention]]]:
         """The entities to annotate (put right by the long forms where asked) and, for each, the
@@ -501,7 +309,7 @@ class SapBERTLinker(Pipe):
         generator = self._loaded()
         forms = (long_forms(doc, missed=self._detector_runs_first(), entities=spans, is_name=generator.holds_name)
                  if self.resolve_abbreviations else {})
-        ents = follow_long_forms(spans, forms) if self.follow_long_forms else list(spans)
+        ents = follow_long_forms(spans, forms)
         abbreviations = {short: form.text for short, form in forms.items()}
         types_by_label = self._types_by_label()
         link_labels = {label.lower() for label in self.labels}

@@ -94,7 +94,7 @@ class HybridRescorer:
     names: each index row's name (ConceptIndex.row_names), fitted as scikit-learn would
     (fit_char_tfidf); or `state`,
     a folder `save` wrote (for_index caches one per index). weight: the sparse weight a model
-    was trained with (SPARSE_FILE).
+    was trained with (its "sparse" settings section).
     """
 
     rows = HYBRID_ROWS  # name rows the dense search fetches for it at least
