@@ -5,7 +5,7 @@ The CPU recipe of this project trains only the query (mention) side. The names o
 are embedded once by the model whose vector space an index holds (the base, for the bundled
 index) and kept frozen; the query encoder learns BioSyn's synonym-marginal likelihood over all
 of them (spacy_sapbert_training.trainer.objective.SynonymMarginalLoss). Because the keys never move, the trained
-encoder answers to the keys' model fingerprint (`sapbert_teacher.json`) and any index built by
+encoder answers to the keys' model fingerprint (the "teacher" section of `sapbert.json`) and any index built by
 that model serves it, the bundled one included.
 
 A key set is a folder:
@@ -295,6 +295,43 @@ def kb_keyset(kb: KnowledgeBase, output: PathLike, model: str = KEY_MODEL, max_p
     return write_keyset(output, names, cuis, _embed(encoder, names), queries, meta)
 
 
+def mention_keyset(base: PathLike, output: PathLike, kb: KnowledgeBase, datasets: Sequence[str],
+                   data_dir: PathLike, held_out_fold: int = -1) -> KeySet:
+    """BELB's training setting: the train mentions of `datasets` (NCBI-disease, BC5CDR) as
+    queries against an ontology's names alone, the keys of the `base` key set (`kb` embedded:
+    `keys kb`), so that a mention learns to land near its concept's own names where no table
+    holds its string. Each mention reads as the standard protocol reads it (short forms
+    expanded, lower-cased, punctuation as spaces), with its one gold id as `kb` stores it
+    (kb.resolve_id: MeSH twins of a MONDO concept find it); composites and ids `kb` lacks are
+    left out. `held_out_fold` (0 to 4) leaves that train fold's documents out (protocol.train_fold),
+    so that a recipe is chosen on the fold the realistic protocol then scores."""
+    from . import datasets as ds
+    from .protocol import TextNormaliser, build_queries, document_abbreviations, fold_split
+
+    keys = read_keyset(base)
+    names = {name_key(TextNormaliser()(name)) for name in kb.name_lookup()}
+    queries, counts = set(), {}
+    for dataset in datasets:
+        normalise = TextNormaliser()
+        if dataset == "ncbi-disease":
+            normalise = TextNormaliser.from_typo_file(Path(data_dir) / "medic" / "ncbi-spell-check.txt")
+        documents = ds.load_pubtator_split(dataset, "train", Path(data_dir)).documents
+        if held_out_fold >= 0:
+            documents = fold_split(documents, held_out_fold, key=lambda doc: doc.doc_id)[1]
+        is_name = lambda text: name_key(text) in names  # noqa: E731
+        abbreviations = document_abbreviations(documents, is_name=is_name)
+        mentions = [m for doc in documents for m in doc.mentions]
+        found = [(q.parts[0], kb.resolve_id(q.gold[0])) for q in build_queries(mentions, "standard", abbreviations,
+                                                                                 normalise, is_name)
+                 if len(q.parts) == 1 and len(q.gold) == 1 and q.parts[0]]
+        counts[dataset] = {"mentions": len(mentions), "queries": sum(1 for _, cui in found if cui)}
+        queries |= {(text, cui) for text, cui in found if cui}
+    meta = {**keys.meta, "source": f"{', '.join(datasets)} train mentions against {keys.meta.get('source', base)}",
+            "base_keys": str(base), "datasets": list(datasets), "held_out_fold": held_out_fold, "counts": counts}
+    cuis = [keys.concepts[i] for i in keys.row_concept]
+    return write_keyset(output, keys.names, cuis, keys.vectors, sorted(queries), meta)
+
+
 app = typer.Typer(add_completion=False, help="Write key sets: frozen name vectors and the queries trained against them.")
 
 
@@ -302,6 +339,17 @@ def _report(keys: KeySet, output: Path) -> None:
     typer.echo(f"{output}: {keys.meta['n_names']:,} keys of {keys.meta['n_concepts']:,} concepts, "
                f"{keys.meta['n_queries']:,} queries (left out: {keys.meta['n_queries_without_positive']:,} with no "
                f"other name of their concept, {keys.meta['n_queries_unknown_concept']:,} of a concept without keys)")
+
+
+def _read_kb(kb: str, format: str) -> KnowledgeBase:
+    """A knowledge base file, or the bundled index's KB for "default"."""
+    from spacy_sapbert.kb.formats import load_kb
+
+    if kb == "default":
+        from spacy_sapbert.kb.bundled import default_kb
+
+        return default_kb()[0]
+    return load_kb(kb, format)
 
 
 @app.command("task")
@@ -343,15 +391,24 @@ def kb_command(
     seed: int = typer.Option(0),
 ) -> None:
     """Every name of a knowledge base as a query for its concept's other names."""
-    from spacy_sapbert.kb.formats import load_kb
-
-    if kb == "default":
-        from spacy_sapbert.kb.bundled import default_kb
-
-        knowledge_base, _ = default_kb()
-    else:
-        knowledge_base = load_kb(kb, format)
+    knowledge_base = _read_kb(kb, format)
     _report(kb_keyset(knowledge_base, output, model, max_per_concept, seed, source=kb), output)
+
+
+@app.command("mentions")
+def mentions_command(
+    base: Path = typer.Option(..., help="The key set of the ontology's names (`keys kb`), whose keys are reused"),
+    output: Path = typer.Option(..., help="Key-set folder (keep it out of git: it holds corpus mentions)"),
+    kb: str = typer.Option("default", help="The knowledge base `base` was written from: a file, or default"),
+    format: str = typer.Option("jsonl", help="Format of --kb (see spacy-sapbert build-index)"),
+    datasets: str = typer.Option("ncbi-disease,bc5cdr-disease,bc5cdr-chemical", help="Whose train mentions are the queries"),
+    data_dir: Path = typer.Option(Path("../shared/data"), help="Folder laid out as ../shared/data"),
+    held_out_fold: int = typer.Option(-1, help="Leave this train fold (0 to 4) out; -1 keeps every document"),
+) -> None:
+    """Train mentions as queries against an ontology's names alone (BELB's training setting)."""
+    knowledge_base = _read_kb(kb, format)
+    chosen = [d.strip() for d in datasets.split(",") if d.strip()]
+    _report(mention_keyset(base, output, knowledge_base, chosen, data_dir, held_out_fold), output)
 
 
 def embed_keyset(folder: PathLike, model: str, device: str = "auto", batch_size: int = 1024) -> dict:

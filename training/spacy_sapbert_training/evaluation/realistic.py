@@ -22,7 +22,7 @@ import logging
 import statistics
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import typer
 
@@ -88,7 +88,7 @@ def summarise(runs: Dict[str, Dict[str, dict]]) -> Dict[str, dict]:
             accs = [100 * v["acc@1"] for v in values]
             reach = [100 * v["acc@1_reachable"] for v in values]
             if split == "train-folds":
-                row.update(folds=accs, mean=statistics.mean(accs), sd=statistics.stdev(accs),
+                row.update(folds=accs, mean=statistics.mean(accs), sd=statistics.stdev(accs) if len(accs) > 1 else 0.0,
                            folds_reachable=reach, mean_reachable=statistics.mean(reach))
             else:
                 row.update(dev=accs[0], dev_reachable=reach[0], dev_n=values[0]["n"])
@@ -109,6 +109,7 @@ def markdown(summary: Dict[str, dict]) -> str:
 
 def main(
     splits: str = typer.Option("train-folds,dev", help="train-folds (the five folds of train), dev, or both"),
+    folds: str = typer.Option(",".join(map(str, range(TRAIN_FOLDS))), help="The train folds to score, comma-separated"),
     settings: str = typer.Option(",".join(SETTINGS), help=f"Names tables to measure: {', '.join(SETTINGS)}"),
     corpora: str = typer.Option(",".join(CORPORA), help="Corpora to score: ncbi-disease, bc5cdr"),
     data_dir: Path = typer.Option(Path("../shared/data"), help="Folder laid out as ../shared/data"),
@@ -125,6 +126,7 @@ def main(
     """Measure the shipped pipe under the realistic protocol; write JSON and a Markdown table."""
     rules = TableRules(min_count=min_count, short_forms=short_forms, ambiguous=ambiguous)
     chosen = [c.strip() for c in corpora.split(",") if c.strip()]
+    chosen_folds = [int(f) for f in folds.split(",") if f.strip()]
     runs: Dict[str, Dict[str, object]] = {}
     for split in [s.strip() for s in splits.split(",") if s.strip()]:
         for setting in [s.strip() for s in settings.split(",") if s.strip()]:
@@ -132,7 +134,7 @@ def main(
                 if split == "train-folds":
                     result: object = [measure(corpus, setting, TRAIN_FOLD, fold, data_dir, model, index, rules, tables,
                                               scheme, supplement)
-                                      for fold in range(TRAIN_FOLDS)]
+                                      for fold in chosen_folds]
                 else:
                     result = measure(corpus, setting, split, 0, data_dir, model, index, rules, tables, scheme, supplement)
                 runs.setdefault(f"{setting}/{split}", {})[corpus] = result
