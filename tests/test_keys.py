@@ -220,7 +220,7 @@ def keys_config(tiny_model, **training):
     settings.update(training)
     return TrainConfig.from_dict({
         "model": {"name_or_path": str(tiny_model), "pooling": "mean", "freeze": ["embeddings.word_embeddings"]},
-        "objective": {"loss": "synonym_marginal", "tau": 0.1},
+        "objective": {"loss": "synonym_marginal", "marginal": {"tau": 0.1}},
         "training": settings,
     })
 
@@ -353,7 +353,7 @@ def test_refreshed_keys_make_a_model_of_its_own_space(tiny_model, tiny_keys, tin
     from spacy_sapbert.encoders.transformer import TorchEncoder
 
     config = keys_config(tiny_model, max_steps=4)
-    config.objective.refresh_keys_every = 2
+    config.objective.marginal.refresh_keys_every = 2
     final = Trainer(config, None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
     assert "teacher" not in read_settings(final)
     assert TorchEncoder(final).fingerprint != tiny_encoder.fingerprint
@@ -363,12 +363,12 @@ def test_the_hybrid_learns_its_sparse_weight_and_the_model_records_it(tiny_model
     from spacy_sapbert.encoders.base import recorded_sparse_weight
 
     config = keys_config(tiny_model, max_steps=6)
-    config.objective.sparse_weight = 0.3
-    config.objective.sparse_weight_lr = 0.05
+    config.objective.sparse.weight = 0.3
+    config.objective.sparse.lr = 0.05
     final = Trainer(config, None, tmp_path / "run", keys=[tmp_path / "keys"]).train()
     learned = recorded_sparse_weight(final)
     assert learned > 0 and learned != pytest.approx(0.3, abs=1e-3)
-    config.objective.learn_sparse_weight = False
+    config.objective.sparse.learn = False
     fixed = Trainer(config, None, tmp_path / "fixed", keys=[tmp_path / "keys"]).train()
     assert recorded_sparse_weight(fixed) == pytest.approx(0.3)
 
@@ -382,7 +382,7 @@ def test_the_finetune_command_trains_on_key_sets_with_repeats(tiny_model, tiny_k
         [sys.executable, "-m", "spacy_sapbert_training.trainer.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
          "--keys", f"{tmp_path / 'keys'}*2", "--output", str(tmp_path / "run"), "--model", str(tiny_model),
          "--training.max_steps", "2", "--training.batch_size", "4", "--training.device", "cpu",
-         "--objective.sparse_weight", "0"],
+         "--objective.sparse.weight", "0"],
         capture_output=True, text=True, cwd=repo, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     record = read_settings(tmp_path / "run" / "model")["training"]

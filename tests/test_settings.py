@@ -24,7 +24,7 @@ SECTIONS = {
     "sparse": {"sparse_weight": 0.291032, "analyzer": "char_wb", "ngram_range": [3, 3]},
     "marginal": {"tau": 0.05},
     "base": {"base": "base", "from_base": ["embeddings.word_embeddings.weight"], "sha256": "ab" * 32},
-    "training": {"steps": 2, "wall_seconds": 0.1, "config": {"objective": {"tau": 0.05}}, "started_from": {"steps": 1}},
+    "training": {"steps": 2, "wall_seconds": 0.1, "config": {"objective": {"marginal": {"tau": 0.05}}}, "started_from": {"steps": 1}},
     "onnx": {"format_version": 2, "pooling": "mean", "max_length": 25, "files": {}},
 }
 

@@ -17,7 +17,13 @@ from spacy_sapbert_training.trainer.batches import PairBatches
 from spacy_sapbert_training.trainer.checkpoint import latest_checkpoint
 from spacy_sapbert_training.trainer.config import TrainConfig, TrainingConfigError, parse_overrides
 from spacy_sapbert_training.trainer.loop import Trainer, lr_factor
-from spacy_sapbert_training.trainer.objective import ObjectiveConfig, ObjectiveError, SelfAlignmentObjective
+from spacy_sapbert_training.trainer.objective import (
+    MiningConfig,
+    MultiSimilarityConfig,
+    ObjectiveConfig,
+    ObjectiveError,
+    SelfAlignmentObjective,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,7 +68,7 @@ def brute_force_ms_loss(embeddings, triplets, alpha, beta, base):
 @pytest.mark.parametrize("margin", [0.0, 0.2, 1.0])
 def test_miner_keeps_exactly_the_margin_violating_triplets(margin):
     embeddings, labels = random_batch()
-    objective = SelfAlignmentObjective(ObjectiveConfig(miner_margin=margin))
+    objective = SelfAlignmentObjective(ObjectiveConfig(mining=MiningConfig(margin=margin)))
     a, p, n = objective.miner(embeddings, labels)
     mined = set(zip(a.tolist(), p.tolist(), n.tolist()))
     assert mined == brute_force_triplets(embeddings, labels, margin)
@@ -73,7 +79,7 @@ def test_miner_keeps_exactly_the_margin_violating_triplets(margin):
 def test_multi_similarity_loss_matches_brute_force(constants):
     alpha, beta, base = constants
     embeddings, labels = random_batch(seed=1)
-    objective = SelfAlignmentObjective(ObjectiveConfig(alpha=alpha, beta=beta, base=base))
+    objective = SelfAlignmentObjective(ObjectiveConfig(multi_similarity=MultiSimilarityConfig(alpha=alpha, beta=beta, base=base)))
     loss, n_triplets = objective(embeddings, labels)
     triplets = brute_force_triplets(embeddings, labels, 0.2)
     assert n_triplets == len(triplets) > 0
@@ -82,7 +88,7 @@ def test_multi_similarity_loss_matches_brute_force(constants):
 
 def test_loss_without_miner_uses_every_pair():
     embeddings, labels = random_batch(seed=2)
-    loss, n_triplets = SelfAlignmentObjective(ObjectiveConfig(miner="none"))(embeddings, labels)
+    loss, n_triplets = SelfAlignmentObjective(ObjectiveConfig(mining=MiningConfig(miner="none")))(embeddings, labels)
     n = len(labels)
     every = {(a, p, q) for a, p, q in itertools.product(range(n), repeat=3)
              if a != p and labels[a] == labels[p] and labels[q] != labels[a]}
@@ -100,8 +106,8 @@ def test_a_batch_that_meets_the_margin_mines_nothing_and_costs_nothing():
 def test_unknown_loss_or_miner_is_refused():
     with pytest.raises(ObjectiveError, match=r"Unknown \[objective\] loss 'arcface'"):
         SelfAlignmentObjective(ObjectiveConfig(loss="arcface"))
-    with pytest.raises(ObjectiveError, match=r"Unknown \[objective\] miner \(or 'none'\) 'random'; use one of triplet_margin"):
-        SelfAlignmentObjective(ObjectiveConfig(miner="random"))
+    with pytest.raises(ObjectiveError, match=r"Unknown \[objective.mining\] miner \(or 'none'\) 'random'; use one of triplet_margin"):
+        SelfAlignmentObjective(ObjectiveConfig(mining=MiningConfig(miner="random")))
 
 
 # -- config ------------------------------------------------------------------------------
@@ -110,15 +116,16 @@ def test_unknown_loss_or_miner_is_refused():
 def test_shipped_configs_load_with_overrides(name):
     config = TrainConfig.from_disk(REPO / "configs" / name, {"training.max_steps": 2, "model.name_or_path": "x"})
     assert config.training.max_steps == 2 and config.model.name_or_path == "x"
-    assert config.objective.miner_margin == 0.2
+    assert config.objective.mining.margin == 0.2
 
 
 def test_paper_and_official_constants_differ_only_in_alpha_beta():
     official = TrainConfig.from_disk(REPO / "configs" / "pretrain.cfg").to_dict()
     paper = TrainConfig.from_disk(REPO / "configs" / "pretrain-paper.cfg").to_dict()
-    assert (official["objective"]["alpha"], official["objective"]["beta"]) == (1.0, 60.0)
-    assert (paper["objective"]["alpha"], paper["objective"]["beta"]) == (2.0, 50.0)
-    paper["objective"].update(alpha=1.0, beta=60.0)
+    official_ms, paper_ms = official["objective"]["multi_similarity"], paper["objective"]["multi_similarity"]
+    assert (official_ms["alpha"], official_ms["beta"]) == (1.0, 60.0)
+    assert (paper_ms["alpha"], paper_ms["beta"]) == (2.0, 50.0)
+    paper_ms.update(alpha=1.0, beta=60.0)
     assert paper == official
 
 
@@ -133,6 +140,13 @@ def test_config_errors_name_the_file_and_setting(tmp_path):
     bad.write_text("[training]\namp = \"fp8\"\n")
     with pytest.raises(TrainingConfigError, match="amp must be one of"):
         TrainConfig.from_disk(bad)
+    # A setting written in [objective] that belongs in one of its parts is sent there.
+    bad.write_text("[objective]\nloss = \"synonym_marginal\"\ntau = 0.1\n")
+    with pytest.raises(TrainingConfigError, match=r"\[objective\] has no setting 'tau'; it belongs in \[objective.marginal\]"):
+        TrainConfig.from_disk(bad)
+    bad.write_text("[objective]\nloss = \"synonym_marginal\"\n")
+    config = TrainConfig.from_disk(bad, {"objective.prototypes.pool": 5})  # a part the file leaves out
+    assert config.objective.prototypes.pool == 5
 
 
 # -- batches -----------------------------------------------------------------------------
@@ -439,13 +453,15 @@ def brute_force_ms_loss_margins(embeddings, triplets, alpha, beta, margins):
 def test_multi_similarity_v2_splits_the_margins():
     """v2 (CL+KGE): λp = 1 for positives, λn = 0.5 for negatives; with λp = λn it is v1."""
     embeddings, labels = random_batch(seed=3)
-    config = ObjectiveConfig(loss="multi_similarity_v2", alpha=2.0, beta=50.0, pos_margin=1.0, neg_margin=0.5)
+    config = ObjectiveConfig(loss="multi_similarity_v2", multi_similarity=MultiSimilarityConfig(
+        alpha=2.0, beta=50.0, pos_margin=1.0, neg_margin=0.5))
     loss, n_triplets = SelfAlignmentObjective(config)(embeddings, labels)
     triplets = brute_force_triplets(embeddings, labels, 0.2)
     expected = brute_force_ms_loss_margins(embeddings, triplets, 2.0, 50.0, lambda i, j, s: (1.0, 0.5))
     assert n_triplets == len(triplets) and float(loss) == pytest.approx(expected, rel=1e-5)
-    same = ObjectiveConfig(loss="multi_similarity_v2", alpha=2.0, beta=50.0, pos_margin=0.5, neg_margin=0.5)
-    v1 = ObjectiveConfig(alpha=2.0, beta=50.0, base=0.5)
+    same = ObjectiveConfig(loss="multi_similarity_v2", multi_similarity=MultiSimilarityConfig(
+        alpha=2.0, beta=50.0, pos_margin=0.5, neg_margin=0.5))
+    v1 = ObjectiveConfig(multi_similarity=MultiSimilarityConfig(alpha=2.0, beta=50.0, base=0.5))
     assert float(SelfAlignmentObjective(same)(embeddings, labels)[0]) == pytest.approx(
         float(SelfAlignmentObjective(v1)(embeddings, labels)[0]), rel=1e-6)
 
@@ -459,7 +475,8 @@ def test_multi_similarity_v3_takes_each_pairs_margins_from_kge(tmp_path):
     concept_ids = [f"C{i}" for i in range(int(labels.max()) + 1)]
     kge = np.random.default_rng(4).normal(size=(len(concept_ids) - 1, 5)).astype(np.float32)
     np.savez(tmp_path / "kge.npz", ids=np.array(concept_ids[:-1]), vectors=kge)  # the last has none
-    config = ObjectiveConfig(loss="multi_similarity_v3", alpha=2.0, beta=50.0, kge_vectors=str(tmp_path / "kge.npz"))
+    config = ObjectiveConfig(loss="multi_similarity_v3", multi_similarity=MultiSimilarityConfig(
+        alpha=2.0, beta=50.0, kge_vectors=str(tmp_path / "kge.npz")))
     loss, _ = SelfAlignmentObjective(config, concept_ids)(embeddings, labels)
     unit = kge / np.linalg.norm(kge, axis=1, keepdims=True)
     table = np.vstack([unit, np.zeros((1, 5), dtype=np.float32)])
@@ -482,7 +499,8 @@ def test_kge_alignment_draws_name_cosines_to_kge_cosines(tmp_path):
     concept_ids = [f"C{i}" for i in range(int(labels.max()) + 1)]
     kge = np.random.default_rng(5).normal(size=(len(concept_ids) - 1, 5)).astype(np.float32)
     np.savez(tmp_path / "kge.npz", ids=np.array(concept_ids[:-1]), vectors=kge)  # the last has none
-    config = ObjectiveConfig(loss="kge_alignment", miner="none", kge_vectors=str(tmp_path / "kge.npz"))
+    config = ObjectiveConfig(loss="kge_alignment", mining=MiningConfig(miner="none"),
+                             multi_similarity=MultiSimilarityConfig(kge_vectors=str(tmp_path / "kge.npz")))
     loss, mined = SelfAlignmentObjective(config, concept_ids)(embeddings, labels)
     unit = kge / np.linalg.norm(kge, axis=1, keepdims=True)
     e = embeddings.numpy() / np.linalg.norm(embeddings.numpy(), axis=1, keepdims=True)
@@ -517,8 +535,8 @@ def test_prototype_batches_mine_the_nearest_other_concepts_names(tiny_pairs):
 def test_a_prototype_run_refreshes_its_negatives_and_trains(tiny_model, tiny_pairs, tmp_path):
     config = tiny_config(tiny_model, max_steps=4)
     config.objective.batch_source = "prototypes"
-    config.objective.negatives_refresh_every = 2
-    config.objective.positives, config.objective.hard_negatives = 3, 4
+    config.objective.prototypes.negatives_refresh_every = 2
+    config.objective.prototypes.positives, config.objective.prototypes.hard_negatives = 3, 4
     trainer = Trainer(config, tiny_pairs, tmp_path)
     refreshed = []
     original = trainer._refresh
@@ -562,7 +580,7 @@ def centroid_loss():
 def test_a_registered_loss_is_chosen_by_its_config_entry_and_trains(centroid_loss, tiny_model, tiny_pairs, tmp_path):
     recipe = tmp_path / "centroid.cfg"
     recipe.write_text(f'[model]\nname_or_path = "{tiny_model}"\npooling = "mean"\n\n'
-                      '[objective]\nloss = "test_centroid"\nminer = "none"\n\n'
+                      '[objective]\nloss = "test_centroid"\n\n[objective.mining]\nminer = "none"\n\n'
                       '[training]\nbatch_size = 8\nmax_steps = 2\nlog_every = 1\ndevice = "cpu"\n')
     final = Trainer(TrainConfig.from_disk(recipe), tiny_pairs, tmp_path / "run").train()
     rows = read_metrics(tmp_path / "run")

@@ -86,7 +86,7 @@ class EncoderSystem(LinkingSystem):
 
     sparse_weight: BioSyn's hybrid score, cosine + sparse_weight × char 3-gram tf-idf cosine,
     of each mention's best dense rows, as the pipe scores them (ranking.hybrid.HybridRescorer); None takes
-    the weight the model was trained with (SPARSE_FILE), else 0 (dense only).
+    the weight the model was trained with (its "sparse" settings section), else 0 (dense only).
     names_precision: int8 embeds the names with the exact model's int8 export instead, as
     build-index --precision int8 does (cached apart from the fp32 vectors).
     marginal_tau: rank concepts by their synonym-marginal score at this tau, as the pipe does

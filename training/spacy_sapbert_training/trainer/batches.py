@@ -21,7 +21,7 @@ from . import registry
 from .config import TrainConfig, TrainingConfigError
 from ..data.keys import KeySet, read_keyset
 from ..data.pairs import Pair, read_pairs
-from .objective import KeyTargets, ObjectiveConfig, ObjectiveError, SelfAlignmentObjective
+from .objective import KeyTargets, ObjectiveConfig, SelfAlignmentObjective
 
 Embed = Callable[[Sequence[str]], torch.Tensor]
 
@@ -37,9 +37,10 @@ class Batches(Protocol):
     def __getitem__(self, index: int) -> Tuple[List[str], Any]:
         """Texts and their targets (anything with .to(device)) for micro-batch `index`."""
 
-    def objective(self, config: ObjectiveConfig) -> torch.nn.Module:
-        """The objective that scores these batches with config.loss: called as
-        objective(embeddings, targets), it returns the loss and what it found (its metric_name)."""
+    def objective(self, make_loss: Callable, config: ObjectiveConfig) -> torch.nn.Module:
+        """The objective that scores these batches with the run's loss (`make_loss`, resolved
+        once: objective.resolve_loss): called as objective(embeddings, targets), it returns the
+        loss and what it found (its metric_name)."""
 
     def reembed(self, embed: Embed, objective: torch.nn.Module) -> None:
         """Embed again, with `embed` (the model as it is now), what the batches mine from or the
@@ -75,8 +76,8 @@ class _LabelledNames:
     path: Optional[Path] = None
     teacher: Optional[dict] = None
 
-    def objective(self, config: ObjectiveConfig) -> torch.nn.Module:
-        return SelfAlignmentObjective(config, self.concept_ids)
+    def objective(self, make_loss: Callable, config: ObjectiveConfig) -> torch.nn.Module:
+        return SelfAlignmentObjective(config, self.concept_ids, make_loss)
 
     def identity(self) -> dict:
         return {"pairs_sha256": file_sha256(self.path)}
@@ -206,9 +207,8 @@ class QueryBatches:
     def names_per_batch(self) -> int:
         return self.global_batch
 
-    def objective(self, config: ObjectiveConfig) -> torch.nn.Module:
-        """The registered loss config.loss over the key sets' vectors (a loss that reads "keys")."""
-        make_loss = registry.registered(registry.losses, config.loss, "[objective] loss", ObjectiveError)
+    def objective(self, make_loss: Callable, config: ObjectiveConfig) -> torch.nn.Module:
+        """The run's loss over the key sets' vectors (a loss that reads "keys")."""
         return make_loss(config, [torch.from_numpy(keys.vectors) for keys in self.keysets])
 
     def reembed(self, embed: Embed, objective: torch.nn.Module) -> None:
@@ -318,14 +318,14 @@ class PrototypeBatches(_LabelledNames):
                 "prototypes": self.prototypes, "positives": self.positives, "hard_negatives": self.negatives}
 
 
-def batch_source(config: TrainConfig, data: TrainingData) -> Callable[[PathLike], Batches]:
-    """The loader of the batches a run reads, its inputs checked now: the batch source its loss
-    reads (registry.reads; the synonym-marginal loss reads "keys"), else `[objective]
-    batch_source`. The loader takes the model training starts from."""
-    loss = registry.registered(registry.losses, config.objective.loss, "[objective] loss", ObjectiveError)
-    name = getattr(loss, "batch_source", "") or config.objective.batch_source
+def batch_source(config: TrainConfig, data: TrainingData, make_loss: Callable) -> Callable[[PathLike], Batches]:
+    """The loader of the batches a run reads, its inputs checked now: the batch source the run's
+    loss (`make_loss`, resolved once: objective.resolve_loss) reads (registry.reads; the
+    synonym-marginal loss reads "keys"), else `[objective] batch_source`. The loader takes the
+    model training starts from. A batch source is a function of the config, the data and the loss."""
+    name = getattr(make_loss, "batch_source", "") or config.objective.batch_source
     make_source = registry.registered(registry.batch_sources, name, "[objective] batch_source", TrainingConfigError)
-    return make_source(config, data)
+    return make_source(config, data, make_loss)
 
 
 def _pairs_file(config: TrainConfig, data: TrainingData) -> Path:
@@ -344,7 +344,7 @@ def _read_pairs(path: Path) -> List[Pair]:
 
 
 @registry.batch_sources.register("pairs")
-def pairs_source(config: TrainConfig, data: TrainingData) -> Callable[[PathLike], PairBatches]:
+def pairs_source(config: TrainConfig, data: TrainingData, make_loss: Callable) -> Callable[[PathLike], PairBatches]:
     """SapBERT's batches: the synonym pairs of --pairs, `[training] batch_size` pairs a process."""
     path = _pairs_file(config, data)
 
@@ -356,27 +356,27 @@ def pairs_source(config: TrainConfig, data: TrainingData) -> Callable[[PathLike]
 
 
 @registry.batch_sources.register("prototypes")
-def prototypes_source(config: TrainConfig, data: TrainingData) -> Callable[[PathLike], PrototypeBatches]:
+def prototypes_source(config: TrainConfig, data: TrainingData, make_loss: Callable) -> Callable[[PathLike], PrototypeBatches]:
     """CODER++'s batches over the names of --pairs: per concept prototypes, positives and hard
-    negatives (`[objective] concepts_per_batch`, prototypes, positives, hard_negatives)."""
+    negatives (`[objective.prototypes]`)."""
     path = _pairs_file(config, data)
 
     def load(model: PathLike) -> PrototypeBatches:
-        o = config.objective
+        o = config.objective.prototypes
         return PrototypeBatches(_read_pairs(path), o.concepts_per_batch, o.prototypes, o.positives, o.hard_negatives,
-                                config.training.seed, o.prototype_pool, data.rank, data.world_size,
+                                config.training.seed, o.pool, data.rank, data.world_size,
                                 refresh_every=o.negatives_refresh_every, path=path)
 
     return load
 
 
 @registry.batch_sources.register("keys")
-def keys_source(config: TrainConfig, data: TrainingData) -> Callable[[PathLike], QueryBatches]:
+def keys_source(config: TrainConfig, data: TrainingData, make_loss: Callable) -> Callable[[PathLike], QueryBatches]:
     """BioSyn's batches: the queries of the key sets of --keys, `[training] batch_size` a process,
-    against their keys. Frozen keys (`[objective] refresh_keys_every` 0) make the trained model
-    answer to the model that embedded them, which training must start from."""
+    against their keys. Frozen keys (`[objective.marginal] refresh_keys_every` 0) make the trained
+    model answer to the model that embedded them, which training must start from."""
     loss = config.objective.loss
-    if getattr(registry.registered(registry.losses, loss, "[objective] loss", ObjectiveError), "batch_source", "") != "keys":
+    if getattr(make_loss, "batch_source", "") != "keys":
         raise TrainingConfigError(f"[objective] batch_source 'keys' gives queries against key sets, which loss {loss!r} "
                                   "does not score; use pairs or prototypes.")
     if not data.keys:
@@ -384,12 +384,13 @@ def keys_source(config: TrainConfig, data: TrainingData) -> Callable[[PathLike],
                                   "with --keys (python -m spacy_sapbert_training.data.keys writes them).")
 
     def load(model: PathLike) -> QueryBatches:
-        o, run = config.objective, config.training
+        marginal, run = config.objective.marginal, config.training
         keysets = [read_keyset(folder) for folder, _ in data.keys]
         # Symmetric training (refresh_keys_every) embeds its own keys: it answers to itself.
-        teacher = None if o.refresh_keys_every else keys_model(keysets, model, config.model.max_length)
-        return QueryBatches(keysets, run.batch_size, run.seed, data.rank, data.world_size, sparse=o.sparse_weight > 0,
-                            repeats=[repeat for _, repeat in data.keys], refresh_every=o.refresh_keys_every,
+        teacher = None if marginal.refresh_keys_every else keys_model(keysets, model, config.model.max_length)
+        return QueryBatches(keysets, run.batch_size, run.seed, data.rank, data.world_size,
+                            sparse=config.objective.sparse.weight > 0, repeats=[repeat for _, repeat in data.keys],
+                            refresh_every=marginal.refresh_keys_every,
                             sources=[f"{k}*{r}" if r > 1 else str(k) for k, r in data.keys], teacher=teacher)
 
     return load

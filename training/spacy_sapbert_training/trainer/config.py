@@ -120,29 +120,20 @@ class TrainConfig:
         if not path.exists():
             raise FileNotFoundError(f"Training config {path} does not exist; see configs/ for the recipes.")
         try:
-            raw = Config().from_disk(path, overrides=overrides or {}, interpolate=True)
+            written = Config().from_disk(path, interpolate=False)
+            # Every section present, empty where the file has none, so that an override can set
+            # a setting of a section the file leaves to its defaults (--objective.prototypes.pool 5).
+            _every_section(written, cls)
+            raw = Config().from_str(written.to_str(), overrides=overrides or {}, interpolate=True)
         except Exception as err:  # confection raises several error types for bad files and overrides
             raise TrainingConfigError(f"{path}: the config cannot be read ({err}); fix it or the override.") from None
         return cls.from_dict(raw, where=str(path))
 
     @classmethod
     def from_dict(cls, raw: dict, where: str = "config") -> "TrainConfig":
-        sections = {f.name: f.type for f in dataclasses.fields(cls)}
-        kwargs = {}
-        for name, values in raw.items():
-            if name not in sections:
-                raise TrainingConfigError(
-                    f"{where}: unknown section [{name}]; use {', '.join('[' + s + ']' for s in sections)}."
-                )
-            section_cls = {"model": ModelConfig, "objective": ObjectiveConfig, "training": OptimConfig}[name]
-            known = {f.name for f in dataclasses.fields(section_cls)}
-            unknown = sorted(set(values) - known)
-            if unknown:
-                raise TrainingConfigError(
-                    f"{where}: [{name}] has no setting {unknown[0]!r}; known settings are {', '.join(sorted(known))}."
-                )
-            kwargs[name] = section_cls(**values)
-        config = cls(**kwargs)
+        """The recipe from a config's sections (sub-sections such as [objective.marginal]
+        nested); unknown sections or settings are refused, naming where a setting belongs."""
+        config = _section(cls, raw, where)
         config.validate(where)
         return config
 
@@ -192,3 +183,37 @@ def parse_overrides(args: Sequence[str]) -> Dict[str, object]:
         except ValueError:
             result[key.replace("-", "_")] = value
     return result
+
+
+def _section(kind, values: dict, where: str, name: str = ""):
+    """`kind` (a dataclass) from a config section's `values`, its sub-sections built alike."""
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    kwargs = {}
+    for key, value in values.items():
+        found = fields.get(key)
+        nested = found is not None and dataclasses.is_dataclass(found.type)
+        if found is None or nested != isinstance(value, dict):
+            raise TrainingConfigError(f"{where}: {_unknown(kind, key, name)}")
+        kwargs[key] = _section(found.type, value, where, f"{name}.{key}" if name else key) if nested else value
+    return kind(**kwargs)
+
+
+def _unknown(kind, key: str, name: str) -> str:
+    """What to say of `key`, which section `name` (of dataclass `kind`) does not have."""
+    fields = dataclasses.fields(kind)
+    if not name:
+        return f"unknown section [{key}]; use {', '.join('[' + f.name + ']' for f in fields)}."
+    home = [f.name for f in fields if dataclasses.is_dataclass(f.type)
+            and key in {g.name for g in dataclasses.fields(f.type)}]
+    if home:
+        return f"[{name}] has no setting {key!r}; it belongs in [{name}.{home[0]}]."
+    known = sorted(f.name if not dataclasses.is_dataclass(f.type) else f"[{name}.{f.name}]" for f in fields)
+    return f"[{name}] has no setting {key!r}; known settings are {', '.join(known)}."
+
+
+def _every_section(values: dict, kind) -> None:
+    """Add to `values` (a config's sections) an empty section for each of `kind`'s sections
+    (dataclass fields) and sub-sections it lacks."""
+    for found in dataclasses.fields(kind):
+        if dataclasses.is_dataclass(found.type) and isinstance(values.setdefault(found.name, {}), dict):
+            _every_section(values[found.name], found.type)

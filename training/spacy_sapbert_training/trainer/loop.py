@@ -51,6 +51,7 @@ from .checkpoint import (
     write_checkpoint,
 )
 from .config import TrainConfig, TrainingConfigError, parse_overrides
+from .objective import resolve_loss
 from .wrappers import load_wrapped, wrappers_for
 
 logger = logging.getLogger(__name__)
@@ -179,7 +180,8 @@ class Trainer:
             raise TrainingConfigError("[model] name_or_path is empty; give the base model with --model.")
         # Unknown names and missing data are refused here, before a model loads.
         data = TrainingData(self.pairs_path, self.keys, self.dist.rank, self.dist.world_size)
-        self.load_batches = batch_source(config, data)
+        self.make_loss = resolve_loss(config.objective)  # the one lookup of the run's loss
+        self.load_batches = batch_source(config, data, self.make_loss)
         self.batches: Optional[Batches] = None
         wrappers_for(config.model, config.model.pooling)
 
@@ -290,7 +292,7 @@ class Trainer:
         source = checkpoint / "model" if checkpoint else cfg.model.name_or_path
         encoder, tokenizer = self._encoder(source, device, fresh=checkpoint is None)
         batches = self.load_batches(source)
-        objective = batches.objective(cfg.objective)
+        objective = batches.objective(self.make_loss, cfg.objective)
         objective.to(device)
         self.batches, self.objective, self.teacher = batches, objective, batches.teacher
         max_steps = run.max_steps or max(1, run.epochs * batches.per_epoch // run.grad_accum)
@@ -342,7 +344,7 @@ class Trainer:
         ]
         learned = [p for p in objective.parameters() if p.requires_grad]  # the hybrid's sparse weight
         if learned:
-            groups.append({"params": learned, "weight_decay": 0.0, "lr": self.config.objective.sparse_weight_lr})
+            groups.append({"params": learned, "weight_decay": 0.0, "lr": self.config.objective.sparse.lr})
         return groups
 
     def _restore(self, run: _Run, checkpoint: Path, state: dict) -> None:
@@ -442,7 +444,7 @@ class Trainer:
             records["context"] = {"window": self.config.model.window, "max_length": self.config.model.max_length}
         settings = getattr(self.objective, "settings", None)  # what the loss records for the pipe, if anything
         if settings is not None:
-            records.update(settings(learned_sparse=self.config.objective.sparse_weight > 0))
+            records.update(settings(learned_sparse=self.config.objective.sparse.weight > 0))
         return records
 
     def _finish(self, run: _Run, wall: float) -> Path:

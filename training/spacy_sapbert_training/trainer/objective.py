@@ -12,8 +12,8 @@ The CPU recipe's objective (`loss = "synonym_marginal"`, SynonymMarginalLoss) ne
 batch: every query meets the whole dictionary as negatives, as frozen key vectors; it reads the
 "keys" batch source (registry.reads).
 """
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from pytorch_metric_learning import losses, miners
@@ -24,21 +24,45 @@ from . import registry
 
 
 @dataclass
-class ObjectiveConfig:
-    """The `[objective]` section of a training config.
+class MultiSimilarityConfig:
+    """`[objective.multi_similarity]`: the constants of the Multi-Similarity losses.
 
-    loss: a registered loss (registry.losses). alpha, beta, base: the Multi-Similarity constants α (positive
-        weight), β (negative weight) and ε (the similarity the exponents are centred on); the
-        SapBERT paper used 2 / 50 / 0.5, its official code 1 / 60 / 0.5.
+    alpha, beta, base: α (positive weight), β (negative weight) and ε (the similarity the
+        exponents are centred on); the SapBERT paper used 2 / 50 / 0.5, its official code 1 / 60 / 0.5.
     pos_margin, neg_margin: λp and λn of "multi_similarity_v2" (the CL+KGE paper: 1 and 0.5),
         which centre the positive and the negative exponents apart, where v1 has one ε.
-    kge_vectors: for "multi_similarity_v3", an .npz of knowledge-graph embeddings ("ids",
-        "vectors") of the pairs' concepts, whose cosine S_KGE sets each pair's margins.
+    kge_vectors: for "multi_similarity_v3" and "kge_alignment", an .npz of knowledge-graph
+        embeddings ("ids", "vectors") of the pairs' concepts, whose cosine S_KGE sets each pair's margins.
+    """
+
+    alpha: float = 1.0
+    beta: float = 60.0
+    base: float = 0.5
+    pos_margin: float = 1.0
+    neg_margin: float = 0.5
+    kge_vectors: str = ""
+
+
+@dataclass
+class MiningConfig:
+    """`[objective.mining]`: which pairs of a batch of names a metric loss sees.
+
     miner: a registered miner (registry.miners), or "none" to feed every pair to the loss.
-    miner_margin: λ, the distance margin a triplet must violate to be kept.
+    margin: λ, the distance margin a triplet must violate to be kept.
     type_of_triplets: "all" (every violating triplet, SapBERT's choice), "hard" or "semihard".
-    tau: the softmax temperature of "synonym_marginal" (cosines divided by it).
-    top_k: "synonym_marginal" over each query's top_k keys and its positives only (BioSyn's
+    """
+
+    miner: str = "triplet_margin"
+    margin: float = 0.2
+    type_of_triplets: str = "all"
+
+
+@dataclass
+class MarginalConfig:
+    """`[objective.marginal]`: the synonym-marginal likelihood over frozen keys.
+
+    tau: the softmax temperature (cosines divided by it).
+    top_k: the softmax over each query's top_k keys and its positives only (BioSyn's
         candidates); 0 takes every key.
     own_rows: "exclude" leaves the keys bearing a query's own name out of its softmax;
         "positive" counts those of its concept as positives.
@@ -47,43 +71,69 @@ class ObjectiveConfig:
     refresh_keys_every: re-embed the keys with the model in training every this many steps
         (and at the start): symmetric training, whose model then needs an index of its own.
         0 keeps them frozen.
-    sparse_weight: BioSyn's hybrid score, dense cosine + sparse_weight × char 3-gram tf-idf
-        cosine (the keys' names fitted), starting from this weight (0: dense only).
-    learn_sparse_weight: train the weight jointly, as BioSyn does, at its own rate
-        sparse_weight_lr (at the encoder's, one scalar would hardly move).
-    batch_source: a registered batch source (registry.batch_sources), for a loss that does not
-        read its own: "pairs" (synonym pairs, SapBERT's batches) or "prototypes" (CODER++'s:
-        batches.PrototypeBatches, with concepts_per_batch, prototypes, positives, hard_negatives
-        from a FAISS index of every name that the model rebuilds every negatives_refresh_every
-        steps, 0 once an epoch; prototype_pool keeps that many concepts, 0 all). The
-        synonym-marginal loss always reads "keys".
     """
 
-    loss: str = "multi_similarity"
-    alpha: float = 1.0
-    beta: float = 60.0
-    base: float = 0.5
-    pos_margin: float = 1.0
-    neg_margin: float = 0.5
-    kge_vectors: str = ""
-    miner: str = "triplet_margin"
-    miner_margin: float = 0.2
-    type_of_triplets: str = "all"
     tau: float = 0.05
     top_k: int = 0
     own_rows: str = "exclude"
     identity_weight: float = 0.0
     refresh_keys_every: int = 0
-    sparse_weight: float = 0.0
-    learn_sparse_weight: bool = True
-    sparse_weight_lr: float = 0.001
-    batch_source: str = "pairs"
+
+
+@dataclass
+class SparseConfig:
+    """`[objective.sparse]`: BioSyn's hybrid score, dense cosine + weight × char 3-gram tf-idf
+    cosine (the keys' names fitted).
+
+    weight: the weight it starts from (0: dense only).
+    learn: train the weight jointly, as BioSyn does, at its own rate `lr` (at the encoder's,
+        one scalar would hardly move).
+    """
+
+    weight: float = 0.0
+    learn: bool = True
+    lr: float = 0.001
+
+
+@dataclass
+class PrototypeConfig:
+    """`[objective.prototypes]`: CODER++'s batches (batches.PrototypeBatches): concepts_per_batch
+    concepts, each with `prototypes` names, `positives` and `hard_negatives` from a FAISS index
+    of every name that the model rebuilds every negatives_refresh_every steps (0: once an
+    epoch); `pool` keeps that many concepts (0: all)."""
+
     concepts_per_batch: int = 4
     prototypes: int = 2
     positives: int = 20
     hard_negatives: int = 30
     negatives_refresh_every: int = 0
-    prototype_pool: int = 0
+    pool: int = 0
+
+
+@dataclass
+class ObjectiveConfig:
+    """The `[objective]` section of a training config, with a sub-section for each part.
+
+    loss: a registered loss (registry.losses), resolved once a run (resolve_loss).
+    batch_source: a registered batch source (registry.batch_sources), for a loss that does not
+        read its own: "pairs" (synonym pairs, SapBERT's batches) or "prototypes". The
+        synonym-marginal loss always reads "keys".
+    multi_similarity, mining, marginal, sparse, prototypes: the sub-sections above.
+    """
+
+    loss: str = "multi_similarity"
+    batch_source: str = "pairs"
+    multi_similarity: MultiSimilarityConfig = field(default_factory=MultiSimilarityConfig)
+    mining: MiningConfig = field(default_factory=MiningConfig)
+    marginal: MarginalConfig = field(default_factory=MarginalConfig)
+    sparse: SparseConfig = field(default_factory=SparseConfig)
+    prototypes: PrototypeConfig = field(default_factory=PrototypeConfig)
+
+
+def resolve_loss(config: ObjectiveConfig) -> Callable:
+    """The registered loss function `config.loss` names (one sentence for an unknown name): a
+    run resolves it once and hands it to its batch source and objective."""
+    return registry.registered(registry.losses, config.loss, "[objective] loss", ObjectiveError)
 
 
 class SplitMarginMultiSimilarityLoss(losses.MultiSimilarityLoss):
@@ -158,25 +208,28 @@ class KGEAlignmentLoss(torch.nn.Module):
 @registry.losses.register("kge_alignment")
 def kge_alignment(config: ObjectiveConfig, concept_ids: Sequence[str] = ()) -> torch.nn.Module:
     """CL+KGE's KGE-injected stage (KGEAlignmentLoss) over the KGE vectors of `concept_ids`."""
-    return KGEAlignmentLoss(kge_table(config.kge_vectors, concept_ids))
+    return KGEAlignmentLoss(kge_table(config.multi_similarity.kge_vectors, concept_ids))
 
 
 @registry.losses.register("multi_similarity")
 def multi_similarity(config: ObjectiveConfig, concept_ids: Sequence[str] = ()) -> torch.nn.Module:
     """SapBERT's Multi-Similarity loss (v1: one centre ε, `base`), pytorch-metric-learning's."""
-    return losses.MultiSimilarityLoss(alpha=config.alpha, beta=config.beta, base=config.base)
+    ms = config.multi_similarity
+    return losses.MultiSimilarityLoss(alpha=ms.alpha, beta=ms.beta, base=ms.base)
 
 
 @registry.losses.register("multi_similarity_v2")
 def multi_similarity_v2(config: ObjectiveConfig, concept_ids: Sequence[str] = ()) -> torch.nn.Module:
     """CL+KGE's Multi-Similarity loss v2: positive and negative margins apart."""
-    return SplitMarginMultiSimilarityLoss(config.alpha, config.beta, config.pos_margin, config.neg_margin)
+    ms = config.multi_similarity
+    return SplitMarginMultiSimilarityLoss(ms.alpha, ms.beta, ms.pos_margin, ms.neg_margin)
 
 
 @registry.losses.register("multi_similarity_v3")
 def multi_similarity_v3(config: ObjectiveConfig, concept_ids: Sequence[str] = ()) -> torch.nn.Module:
     """CL+KGE's Multi-Similarity loss v3: each pair's margins from its concepts' KGE cosine."""
-    return KGEMarginMultiSimilarityLoss(config.alpha, config.beta, kge_table(config.kge_vectors, concept_ids))
+    ms = config.multi_similarity
+    return KGEMarginMultiSimilarityLoss(ms.alpha, ms.beta, kge_table(ms.kge_vectors, concept_ids))
 
 
 def kge_table(path: str, concept_ids: Sequence[str]) -> torch.Tensor:
@@ -185,7 +238,7 @@ def kge_table(path: str, concept_ids: Sequence[str]) -> torch.Tensor:
     import numpy as np
 
     if not path:
-        raise ObjectiveError("multi_similarity_v3 and kge_alignment need objective.kge_vectors, the .npz that "
+        raise ObjectiveError("multi_similarity_v3 and kge_alignment need [objective.multi_similarity] kge_vectors, the .npz that "
                              "`spacy project run kge` writes.")
     with np.load(path) as data:
         row = {str(i): r for r, i in enumerate(data["ids"])}
@@ -200,7 +253,7 @@ def kge_table(path: str, concept_ids: Sequence[str]) -> torch.Tensor:
 
 @registry.miners.register("triplet_margin")
 def _triplet_margin(config: ObjectiveConfig) -> torch.nn.Module:
-    return miners.TripletMarginMiner(margin=config.miner_margin, type_of_triplets=config.type_of_triplets)
+    return miners.TripletMarginMiner(margin=config.mining.margin, type_of_triplets=config.mining.type_of_triplets)
 
 
 class ObjectiveError(ValueError):
@@ -211,7 +264,8 @@ class SelfAlignmentObjective(torch.nn.Module):
     """Mine hard pairs in a batch of embeddings and score them with a metric-learning loss.
 
     config: the loss and miner names and their constants. concept_ids: the concept of each batch
-        label, for losses that look concepts up (v3's knowledge-graph embeddings).
+        label, for losses that look concepts up (v3's knowledge-graph embeddings). make_loss:
+        the run's resolved loss (resolve_loss), else resolved here.
 
     Called with embeddings (n, d) and integer concept labels (n,), it returns the loss and the
     number of mined triplets (0 means the batch taught nothing: every triplet met the margin).
@@ -219,11 +273,12 @@ class SelfAlignmentObjective(torch.nn.Module):
 
     metric_name = "triplets"
 
-    def __init__(self, config: ObjectiveConfig, concept_ids: Sequence[str] = ()):
+    def __init__(self, config: ObjectiveConfig, concept_ids: Sequence[str] = (), make_loss: Optional[Callable] = None):
         super().__init__()
-        make_loss = registry.registered(registry.losses, config.loss, "[objective] loss", ObjectiveError)
-        make_miner = (None if config.miner == "none"
-                      else registry.registered(registry.miners, config.miner, "[objective] miner (or 'none')", ObjectiveError))
+        make_loss = make_loss or resolve_loss(config)
+        miner = config.mining.miner
+        make_miner = (None if miner == "none"
+                      else registry.registered(registry.miners, miner, "[objective.mining] miner (or 'none')", ObjectiveError))
         self.config = config
         self.loss = make_loss(config, concept_ids)
         self.miner: Optional[torch.nn.Module] = None if make_miner is None else make_miner(config)
@@ -338,6 +393,6 @@ class SynonymMarginalLoss(torch.nn.Module):
 def synonym_marginal(config: ObjectiveConfig, keys: Sequence[torch.Tensor]) -> torch.nn.Module:
     """BioSyn's synonym-marginal likelihood over `keys`, the key sets' vectors, with the hybrid's
     sparse weight learned only where the config starts it above 0."""
-    hybrid = config.sparse_weight > 0
-    return SynonymMarginalLoss(keys, config.tau, config.top_k, config.own_rows, config.identity_weight,
-                               config.sparse_weight, config.learn_sparse_weight and hybrid)
+    marginal, sparse = config.marginal, config.sparse
+    return SynonymMarginalLoss(keys, marginal.tau, marginal.top_k, marginal.own_rows, marginal.identity_weight,
+                               sparse.weight, sparse.learn and sparse.weight > 0)

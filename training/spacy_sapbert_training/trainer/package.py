@@ -44,13 +44,13 @@ def _data_lines(record: dict) -> List[str]:
             f"- Pairs: {record.get('n_pairs', '?')} synonym pairs of {record.get('n_concepts', '?')} concepts "
             f"(`{Path(str(record.get('pairs', '?'))).name}`, sha256 {str(record.get('pairs_sha256', '?'))[:12]}…)",
         ]
-    objective = record.get("config", {}).get("objective", {})
+    marginal = record.get("config", {}).get("objective", {}).get("marginal", {})
     teacher = record.get("teacher") or {}
     lines = [
         "A biomedical mention encoder for `sapbert_linker`, trained on the query side only with BioSyn's "
         "synonym-marginal likelihood over frozen keys (the dictionary names as "
-        f"`{teacher.get('teacher', '?')}` embeds them; τ = {objective.get('tau', '?')}, identity weight "
-        f"{objective.get('identity_weight', '?')}). It answers to that model's fingerprint "
+        f"`{teacher.get('teacher', '?')}` embeds them; τ = {marginal.get('tau', '?')}, identity weight "
+        f"{marginal.get('identity_weight', '?')}). It answers to that model's fingerprint "
         f"({teacher.get('fingerprint', '?')}), so indexes built by it serve this model as they are.", "",
         f"- Started from: `{record.get('base_model', '?')}`",
     ]
@@ -82,7 +82,7 @@ def model_card(record: dict, metrics_summary: Optional[str]) -> str:
         lines += _stage_lines(stage) + [""]
     objective = record.get("config", {}).get("objective", {})
     ranking = ([f"The pipe and these figures rank concepts by their synonym-marginal score at the training "
-                f"τ = {objective['tau']} (the `marginal` section of `sapbert.json`; pipe key `marginal_tau`).", ""]
+                f"τ = {objective['marginal']['tau']} (the `marginal` section of `sapbert.json`; pipe key `marginal_tau`).", ""]
                if objective.get("loss") == "synonym_marginal" else [])
     lines += [
         "## Dev figures", "", *ranking,

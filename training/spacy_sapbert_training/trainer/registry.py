@@ -1,16 +1,16 @@
 """The registries a training config chooses its swappable parts from by name, as spaCy and
-spacy-transformers choose architectures: losses (`[objective] loss`), miners (`[objective] miner`), batch sources
+spacy-transformers choose architectures: losses (`[objective] loss`), miners (`[objective.mining] miner`), batch sources
 (`[objective] batch_source`, or the one a loss reads) and model wrappers (`[model] adapter`, and
 a `[model] pooling` that changes the model). They are catalogue registries with entry points, so
 a package adds a part in its setup.cfg (group "spacy_sapbert_losses", …) without editing this one.
 
 A loss is a function of the `[objective]` section and of what the batches give it (the concept
 id of each batch label, or a loss that reads "keys": the key sets' vectors), returning the loss
-module; it is trained with the `[objective]` miner:
+module; it is trained with the `[objective.mining]` miner:
 
     @losses.register("centroid")
     def centroid(config: ObjectiveConfig, concept_ids: Sequence[str]) -> torch.nn.Module:
-        return CentroidLoss(config.alpha)  # loss(embeddings, labels), with a miner + its triplets
+        return CentroidLoss(config.multi_similarity.alpha)  # loss(embeddings, labels), with a miner + its triplets
 
 and chosen with `loss = "centroid"` in a config's [objective] section (or `--objective.loss centroid`).
 """
@@ -21,7 +21,7 @@ import catalogue
 losses = catalogue.create("spacy_sapbert", "losses", entry_points=True)
 batch_sources = catalogue.create("spacy_sapbert", "batch_sources", entry_points=True)
 model_wrappers = catalogue.create("spacy_sapbert", "model_wrappers", entry_points=True)
-# Miners (`[objective] miner`): a function of the [objective] section returning the miner module.
+# Miners (`[objective.mining] miner`): a function of the [objective] section returning the miner module.
 miners = catalogue.create("spacy_sapbert", "miners", entry_points=True)
 
 Factory = TypeVar("Factory", bound=Callable)
