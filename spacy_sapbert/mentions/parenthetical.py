@@ -1,8 +1,8 @@
 """Another name the text gives in parentheses: in "amrubicin (SM-5887)" the development code names
 the drug before it, and in "WR-2721 (amifostine)" the drug names the code. The code is often in
 no dictionary, so its own ranking is poor; the name beside it usually is. The pipe (for the
-labels of `parenthetical_labels`) and the harness (for chemicals) both ask
-`parenthetical_sources` which mentions take another's ranking.
+labels of `parenthetical_labels`) and the harness (for chemicals) both call
+`share_parentheticals`, which asks `parenthetical_sources` which mentions take another's ranking.
 
 The rule, chosen on the BC5CDR-chemical train folds (docs/results.md): two mentions side by side,
 the second alone in parentheses after a space, "A (B)"; the one whose best score is lower, and
@@ -13,7 +13,7 @@ without the space, the parenthesis is notation rather than an aside ("K(Na)", a 
 sodium; "N(G)-nitro"), and nothing is taken.
 """
 import re
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 # What lies between A and B, and what follows B.
 _OPENS = re.compile(r"\s+\(\s*")
@@ -42,3 +42,18 @@ def parenthetical_sources(text: str, mentions: Sequence[Placed], top: Sequence[O
             defined.setdefault(mentions[taker][2], surer)
     return {i: defined[mentions[i][2]] for i in order
             if mentions[i][2] in defined and i != defined[mentions[i][2]]}
+
+
+Found = TypeVar("Found")
+
+
+def share_parentheticals(text: str, mentions: Sequence[Placed], found: Sequence[Found],
+                         top: Sequence[Optional[float]]) -> List[Found]:
+    """`found` (what each mention was linked to: candidates, a ranking) after the parenthetical
+    pairs of `text` share the surer one's (parenthetical_sources; `top`: each mention's best
+    score, None where the rule does not apply), short forms read as the abbreviation rules read
+    them (abbreviations.is_short_form). What the pipe and the harness both call."""
+    from .abbreviations import is_short_form
+
+    sources = parenthetical_sources(text, mentions, top, is_short_form)
+    return [found[sources[i]] if i in sources else item for i, item in enumerate(found)]

@@ -16,10 +16,10 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
 from spacy.util import minibatch, registry
 
-from ..mentions.abbreviations import follow_long_forms, is_short_form, linked_text, long_forms
+from ..mentions.abbreviations import follow_long_forms, linked_text, long_forms
 from ..candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, Scoring
 from ..encoders.base import in_window
-from ..mentions.parenthetical import parenthetical_sources
+from ..mentions.parenthetical import share_parentheticals
 from ..search.index import ConceptIndexError, check_label_types
 from .extensions import register_extensions
 from .loaders import ENCODER_CONFIG, INDEX_CONFIG, SCORING_CONFIG, EncoderLoader, IndexLoader
@@ -352,8 +352,7 @@ class SapBERTLinker(Pipe):
             return best[0][1] if best and ent.label_.lower() in labels else None
 
         placed = [(ent.start_char, ent.end_char, ent.text) for ent in ents]
-        sources = parenthetical_sources(doc.text, placed, [top(ent, c) for ent, c in zip(ents, found)], is_short_form)
-        return [found[sources[i]] if i in sources else candidates for i, candidates in enumerate(found)]
+        return share_parentheticals(doc.text, placed, found, [top(ent, c) for ent, c in zip(ents, found)])
 
     def set_annotations(self, docs: List[Doc], predicted: List[Tuple[List[Span], List[Optional[Candidates]]]]) -> None:
         """Set `kb_id_`, then the Span extensions (in that order: a span's extension values

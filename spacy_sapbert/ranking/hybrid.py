@@ -26,7 +26,7 @@ STATE_FILES = ("vocabulary.json", "idf.npy", "names.npz")
 def char_wb_ngrams(text: str, n: int = 3) -> List[str]:
     """scikit-learn's char_wb analyzer for one n (lower-cased; each word padded with a space on
     either side; a word shorter than n counts once): HybridRescorer transforms mentions with it,
-    so that linking needs no scikit-learn (tests/test_hybrid.py holds it to the original)."""
+    so that linking needs no scikit-learn (tests/runtime/test_hybrid.py holds it to the original)."""
     grams: List[str] = []
     for word in text.lower().split():
         word = f" {word} "
@@ -38,7 +38,7 @@ def fit_char_tfidf(names: Sequence[str]) -> Tuple[Dict[str, int], np.ndarray, sc
     """(vocabulary, idf, unit name vectors) of `names`, bit for bit what scikit-learn's
     TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3), dtype=float32) fits (version 1.9:
     its arithmetic and its order of stored entries, which the sums of the hybrid score follow),
-    so that first use needs no scikit-learn (tests/test_hybrid.py holds it to the original).
+    so that first use needs no scikit-learn (tests/runtime/test_hybrid.py holds it to the original).
 
     The n-grams are numbered as first met, each name's counted in that order, then renumbered
     in sorted order; idf = ln((1 + n) / (1 + df)) + 1 in float32; each row is divided by the

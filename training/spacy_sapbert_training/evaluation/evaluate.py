@@ -106,8 +106,7 @@ def evaluate_linking(task: Task, system: LinkingSystem, parentheticals: bool = F
 def _follow_parentheticals(task: Task, asked: List[List[str]], scored: dict, rankings: list) -> list:
     """The rankings after each document's parenthetical pairs share the surer one's ranking
     (mentions.parenthetical); a composite query neither gives nor takes one."""
-    from spacy_sapbert.mentions.abbreviations import is_short_form
-    from spacy_sapbert.mentions.parenthetical import parenthetical_sources
+    from spacy_sapbert.mentions.parenthetical import share_parentheticals
 
     by_doc: dict = {}
     for i, query in enumerate(task.queries):
@@ -119,8 +118,9 @@ def _follow_parentheticals(task: Task, asked: List[List[str]], scored: dict, ran
         mentions = [task.queries[i].mention for i in indexes]
         top = [scored[asked[i][0]][0][1] if len(asked[i]) == 1 and scored[asked[i][0]] else None for i in indexes]
         placed = [(m.start, m.end, m.text) for m in mentions]
-        for taker, giver in parenthetical_sources(task.documents[doc_id], placed, top, is_short_form).items():
-            rankings[indexes[taker]] = rankings[indexes[giver]]
+        shared = share_parentheticals(task.documents[doc_id], placed, [rankings[i] for i in indexes], top)
+        for i, ranking in zip(indexes, shared):
+            rankings[i] = ranking
     return rankings
 
 

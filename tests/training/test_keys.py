@@ -377,7 +377,7 @@ def test_the_finetune_command_trains_on_key_sets_with_repeats(tiny_model, tiny_k
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     result = subprocess.run(
         [sys.executable, "-m", "spacy_sapbert_training.trainer.finetune", "--config", str(repo / "configs" / "finetune-cpu.cfg"),
          "--keys", f"{tmp_path / 'keys'}*2", "--output", str(tmp_path / "run"), "--model", str(tiny_model),

@@ -117,7 +117,7 @@ def test_the_index_package_is_this_release_s():
     import spacy_sapbert
     import spacy_sapbert_index
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     setup = configparser.ConfigParser()
     setup.read(root / "setup.cfg")
     assert f"spacy-sapbert-index=={spacy_sapbert.__version__}" in setup["options"]["install_requires"].split()

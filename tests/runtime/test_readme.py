@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MAX_README_LINES = 350
 # Spelt in pieces so that this file does not match them itself.
@@ -113,10 +113,12 @@ def test_no_tracked_file_describes_the_build_machines():
 def test_the_readme_tells_a_scispacy_user_what_differs():
     """"Coming from scispaCy": the factory and key to write, the defaults that differ (as the
     factory has them), that a Concept unpacks as an Entity, and n_process's make_serializable."""
-    from spacy_sapbert.pipe.linker import _defaults
+    import dataclasses
+
+    from spacy_sapbert.candidates import CandidateSettings
 
     section = README.read_text(encoding="utf-8").split("### Coming from scispaCy", 1)[1].split("\n- ", 1)[0]
-    defaults = _defaults()
+    defaults = dataclasses.asdict(CandidateSettings())
     assert '"scispacy_linker"' in section and '{"index": {"index": "mesh"}}' in section
     assert (f"`k` {defaults['k']}, `threshold` {defaults['threshold']}, `filter_for_definitions` "
             f"{str(defaults['filter_for_definitions']).lower()}") in section

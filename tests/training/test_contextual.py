@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from spacy_sapbert.encoders.base import MENTION_END, MENTION_START, recorded_context
-from tests.conftest import DEMO_PATTERNS, ruler_nlp
-from tests.test_project import _write_context_pairs
+from conftest import DEMO_PATTERNS, ruler_nlp
+from test_project import _write_context_pairs
 from spacy_sapbert_training.trainer.config import TrainConfig, TrainingConfigError
 from spacy_sapbert_training.trainer.loop import Trainer
 

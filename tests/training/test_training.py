@@ -25,7 +25,7 @@ from spacy_sapbert_training.trainer.objective import (
     SelfAlignmentObjective,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def random_batch(seed=0, n_concepts=6, per_concept=4, dim=8):

@@ -234,6 +234,7 @@ def test_build_index_embeds_a_student_s_names_with_its_teacher(tiny_model, tiny_
     import numpy as np
     import torch
 
+    from spacy_sapbert.encoders.settings import write_settings
     from spacy_sapbert.encoders.transformer import TorchEncoder
     from spacy_sapbert.search.index import ConceptIndex
 
@@ -247,8 +248,7 @@ def test_build_index_embeds_a_student_s_names_with_its_teacher(tiny_model, tiny_
         for parameter in model.encoder.parameters():
             parameter.add_(0.05)
     model.save_pretrained(student)
-    (student / "sapbert_teacher.json").write_text(json.dumps({"teacher": str(tiny_model),
-                                                              "fingerprint": teacher.fingerprint}))
+    write_settings(student, teacher={"teacher": str(tiny_model), "fingerprint": teacher.fingerprint})
     result = runner.invoke(app, ["build-index", "--kb", str(tiny_kb_file), "--model", str(student),
                                  "--output", str(tmp_path / "index")])
     assert result.exit_code == 0, result.output

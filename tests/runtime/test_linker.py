@@ -256,7 +256,7 @@ def test_ncbi_dev_links_the_same_whatever_the_batching():
 
     import numpy as np
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     sys.path.insert(0, str(repo / "benchmarks"))
     from bench_linkers import gold_docs
 

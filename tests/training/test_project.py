@@ -14,7 +14,7 @@ from weasel.util.config import substitute_project_variables
 
 from spacy_sapbert.encoders.settings import read_settings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = ("default", "paper", "seeds", "evaluation")  # spaCy forbids a workflow named `evaluate`
 CPU_RECIPE = ["keys", "pretrain-cpu", "finetune-cpu", "evaluate-cpu", "package-default", "fast-cpu",
               "linking-kb", "bundle-index", "bundle-chemicals", "names-table", "ner"]
