@@ -546,18 +546,12 @@ class ConceptIndex:
         if problem:
             raise ConceptIndexError(problem)
         kb_file = KB_FILE_GZ if KB_FILE_GZ in meta.get("files", {}) else KB_FILE
-        kb, concepts = None, None
-        if CONCEPTS_FILE in meta["files"]:
-            stored = json.loads((path / CONCEPTS_FILE).read_text(encoding="utf-8"))
-            concepts = (stored["concept_ids"], stored_types(stored))
-            n_concepts = len(concepts[0])
-        else:  # an index saved before 0.2.0 keeps no concepts file: its KB is read now
-            try:
-                kb = read_jsonl(path / kb_file, name=meta.get("kb_name"))
-            except KBFormatError as err:
-                raise ConceptIndexError(f"The index's knowledge base is unreadable: {err}") from None
-            kb.version = meta.get("kb_version", "")
-            n_concepts = len(kb)
+        if CONCEPTS_FILE not in meta["files"]:
+            raise ConceptIndexError(f"{path} keeps no {CONCEPTS_FILE} (an index of the unpublished 0.1); rebuild it "
+                                    "with `spacy-sapbert build-index`.")
+        stored = json.loads((path / CONCEPTS_FILE).read_text(encoding="utf-8"))
+        concepts = (stored["concept_ids"], stored_types(stored))
+        n_concepts = len(concepts[0])
         flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
         index = faiss.read_index(str(path / FAISS_FILE), flags)
         rows = np.load(path / ROWS_FILE)
@@ -573,7 +567,7 @@ class ConceptIndex:
                 "position per row); rebuild the index."
             )
         check_label_types(meta.get("label_types", {}), f"{meta_path}'s label_types")
-        loaded = cls(kb, index, rows, meta, concepts=concepts)
+        loaded = cls(None, index, rows, meta, concepts=concepts)
         loaded._kb_file = path / kb_file
         loaded.path = path
         if encoder is not None:

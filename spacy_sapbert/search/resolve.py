@@ -152,9 +152,7 @@ def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
 
 
 def _graph_cache(meta: dict) -> Path:
-    """Where the graph over a compact index's codes is cached: keyed by the codes' checksum.
-    ("index-graph-", not 0.1's "index-bundled-": those lack concepts.json, so they would read
-    the KB at every load.)"""
+    """Where the graph over a compact index's codes is cached: keyed by the codes' checksum."""
     digest = meta["files"]["index.faiss"]["sha256"][:16]
     return cache_dir() / f"index-graph-{digest}-hnsw-{meta['index_type']}"
 

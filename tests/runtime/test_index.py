@@ -253,3 +253,20 @@ def test_a_loaded_index_reads_its_kb_only_when_asked(flat_index, tiny_encoder, t
     (saved / META_FILE).write_text(json.dumps(meta))
     with pytest.raises(ConceptIndexError, match="does not hold the concepts of concepts.json"):
         ConceptIndex.load(saved).kb
+
+
+def test_an_index_without_its_concepts_file_is_refused_and_the_bundled_one_has_it(tiny_index_dir, tmp_path):
+    import json
+    import shutil
+
+    from spacy_sapbert.kb.bundled import bundled_index_meta
+
+    old = shutil.copytree(tiny_index_dir, tmp_path / "old")
+    (old / "concepts.json").unlink()
+    meta = json.loads((old / "meta.json").read_text(encoding="utf-8"))
+    del meta["files"]["concepts.json"]
+    (old / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    with pytest.raises(ConceptIndexError, match=r"keeps no concepts.json \(an index of the unpublished 0.1\); rebuild it"):
+        ConceptIndex.load(old)
+    bundled = bundled_index_meta()
+    assert bundled is None or "concepts.json" in bundled["files"]
