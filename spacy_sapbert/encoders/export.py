@@ -127,13 +127,22 @@ def _quantise_weights(fp32: Path, target: Path) -> None:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    root = logging.getLogger()
-    level, root.level = root.level, max(root.level, logging.ERROR)  # its "consider pre-processing" note
+    # Its "consider pre-processing" note (a root-logger warning) is left out, and that record
+    # alone: no logger's level changes, so another thread's records pass as they would.
+    root, note = logging.getLogger(), _WithoutPreprocessingNote()
+    root.addFilter(note)
     try:
         quantize_dynamic(fp32, target, weight_type=QuantType.QInt8, per_channel=True,
                          op_types_to_quantize=list(INT8_OPS), extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
-        root.level = level
+        root.removeFilter(note)
+
+
+class _WithoutPreprocessingNote(logging.Filter):
+    """Drops ONNX Runtime's advice to pre-process a model before quantising it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Please consider to run pre-processing before quantization")
 
 
 def calibration_texts(source: Optional[Union[str, Path]] = None) -> list:

@@ -194,3 +194,27 @@ def test_the_calibration_names_are_those_of_the_index_searched(tiny_index_dir, t
     names, _ = tiny_kb.name_rows()
     assert calibration_texts(tiny_index_dir) == names[::CALIBRATION_STEP]
     assert exported_model(tiny_model, "int8", calibration=tiny_index_dir) != exported_model(tiny_model, "int8")
+
+
+def test_quantising_drops_only_onnx_runtimes_preprocessing_note_and_changes_no_level(monkeypatch, caplog, tmp_path):
+    import logging
+
+    import onnxruntime.quantization as quantization
+
+    from spacy_sapbert.encoders import export
+
+    seen = {}
+
+    def fake_quantize(*args, **kwargs):
+        seen["level"] = logging.getLogger().level
+        logging.warning("Please consider to run pre-processing before quantization. Refer to example: …")
+        logging.warning("another warning, from anywhere")
+
+    monkeypatch.setattr(quantization, "quantize_dynamic", fake_quantize)
+    before = logging.getLogger().level
+    with caplog.at_level(logging.WARNING):
+        export._quantise_weights(tmp_path / "fp32.onnx", tmp_path / "int8.onnx")
+    messages = [record.getMessage() for record in caplog.records]
+    assert seen["level"] == before == logging.getLogger().level
+    assert messages == ["another warning, from anywhere"]
+    assert not logging.getLogger().filters
