@@ -172,6 +172,7 @@ def _link_command(folder, out, *extra):
             "--output", str(out), "--engine", "ray", "--workers", "2", *extra]
 
 
+@pytest.mark.slow  # 70 s: starts a Ray cluster of two workers
 @needs_ray_and_data
 def test_a_two_worker_ray_run_writes_what_one_process_writes(abstracts, tmp_path):
     folder, single = abstracts

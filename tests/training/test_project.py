@@ -9,6 +9,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import srsly
 from weasel.util.config import substitute_project_variables
 
@@ -89,6 +90,7 @@ def spacy_project(*args, cwd):
     return result
 
 
+@pytest.mark.slow  # 105 s: every pretraining command of project.yml, run through spaCy's project CLI
 def test_project_pretrain_runs_on_cpu_with_the_tiny_model(tmp_path, tiny_model, tiny_kb_file):
     project = tmp_path / "project"
     project.mkdir()
