@@ -40,9 +40,6 @@ TOKENIZER_FILE = "tokenizer.json"
 ONNX_FORMAT_VERSION = 2
 
 
-READABLE_FORMAT_VERSIONS = (2,)
-
-
 # What int8 quantises (per channel): the MatMuls and the embedding tables (Gather). The
 # embeddings are two thirds of MiniLM, so this makes the export 23 MB instead of 59 MB, for a
 # mean cosine with fp32 of 0.991 on NCBI dev mentions against 0.992 for MatMuls alone.
@@ -109,9 +106,9 @@ class OnnxEncoder:
             raise EncoderError(f"{path} records no export (no {ONNX_META} with an \"onnx\" section), so it is not "
                                "an exported ONNX encoder; "
                                "write one with `spacy-sapbert export-onnx`.")
-        if meta.get("format_version") not in READABLE_FORMAT_VERSIONS:
+        if meta.get("format_version") != ONNX_FORMAT_VERSION:
             raise EncoderError(f"{path}'s export has format version {meta.get('format_version')!r}, "
-                               f"but this spacy-sapbert reads {READABLE_FORMAT_VERSIONS}; export the model again.")
+                               f"but this spacy-sapbert reads version {ONNX_FORMAT_VERSION}; export the model again.")
         if pooling not in ("auto", meta["pooling"]):
             raise EncoderError(f"{path} was exported with {meta['pooling']} pooling, which is part of its "
                                f"graph, so pooling={pooling!r} cannot apply; export it again to change it.")

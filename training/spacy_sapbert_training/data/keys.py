@@ -311,14 +311,15 @@ def mention_keyset(base: PathLike, output: PathLike, kb: KnowledgeBase, datasets
     keys = read_keyset(base)
     names = {name_key(TextNormaliser()(name)) for name in kb.name_lookup()}
     queries, counts = set(), {}
+
+    def is_name(text: str) -> bool:
+        return name_key(text) in names
+
     for dataset in datasets:
-        normalise = TextNormaliser()
-        if dataset == "ncbi-disease":
-            normalise = TextNormaliser.from_typo_file(Path(data_dir) / "medic" / "ncbi-spell-check.txt")
+        normalise = TextNormaliser.for_dataset(dataset, Path(data_dir))
         documents = ds.load_pubtator_split(dataset, "train", Path(data_dir)).documents
         if held_out_fold >= 0:
             documents = fold_split(documents, held_out_fold, key=lambda doc: doc.doc_id)[1]
-        is_name = lambda text: name_key(text) in names  # noqa: E731
         abbreviations = document_abbreviations(documents, is_name=is_name)
         mentions = [m for doc in documents for m in doc.mentions]
         found = [(q.parts[0], kb.resolve_id(q.gold[0])) for q in build_queries(mentions, "standard", abbreviations,

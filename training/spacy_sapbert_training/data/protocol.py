@@ -56,6 +56,14 @@ class TextNormaliser:
                     typos[wrong.strip()] = right.strip()
         return cls(typos)
 
+    @classmethod
+    def for_dataset(cls, dataset: str, data_dir: Path) -> "TextNormaliser":
+        """The standard protocol's normaliser of `dataset`: NCBI-disease's also corrects the
+        typos its spell-check file (medic/ncbi-spell-check.txt) lists."""
+        if dataset == "ncbi-disease":
+            return cls.from_typo_file(Path(data_dir) / "medic" / "ncbi-spell-check.txt")
+        return cls()
+
     def __call__(self, text: str) -> str:
         tokens = [self.typos.get(t, t) for t in text.lower().split()]
         return " ".join(_PUNCTUATION.split(" ".join(tokens))).strip()
@@ -285,9 +293,7 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
     the base vocabulary plus the other folds' mentions: where rules and settings are chosen,
     so that dev is read once. vocabulary: the chemical dictionary's name sources
     (datasets.base_dictionary)."""
-    normalise = TextNormaliser()
-    if dataset == "ncbi-disease" and protocol == "standard":
-        normalise = TextNormaliser.from_typo_file(data_dir / "medic" / "ncbi-spell-check.txt")
+    normalise = TextNormaliser.for_dataset(dataset, data_dir) if protocol == "standard" else TextNormaliser()
     if dataset == "cadec":
         folder = ds.cadec_fold(data_dir, fold)
         training = ds.read_cadec_pairs(folder / "train.txt")
