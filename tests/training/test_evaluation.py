@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -282,6 +283,21 @@ def test_train_folds_split_the_documents_and_learn_from_the_others():
         assert {m.text for m in others} == {m.text for d in docs for m in d.mentions} - {m.text for m in fold.mentions}
     with pytest.raises(ValueError, match=r"^fold 5 is not a train fold; give 0 to 4\."):
         train_fold(corpus, TRAIN_FOLDS)
+
+
+def test_a_held_out_train_fold_leaves_the_queries_and_the_dictionary(monkeypatch):
+    from spacy_sapbert_training.data.protocol import fold_split, prepare
+
+    docs = [ds.Document(f"{i:03d}", f"m{i}", [ds.Mention(f"{i:03d}", 0, 2, f"m{i}", "Disease", ["D1"])])
+            for i in range(10)]
+    monkeypatch.setattr(ds, "load_pubtator_split", lambda dataset, split, data_dir: ds.Corpus(list(docs)))
+    monkeypatch.setattr(ds, "base_dictionary", lambda *args, **kwargs: KnowledgeBase([Concept("D1", "fever")]))
+    held = {d.mentions[0].text for d in fold_split(docs, 0, key=lambda doc: doc.doc_id)[0]}
+    task = prepare("bc5cdr-disease", "train", "standard", Path("."), held_out_fold=0)
+    assert {q.parts[0] for q in task.queries} == {f"m{i}" for i in range(10)} - held
+    assert not held & set(task.dictionary.name_lookup()) and "m1" in task.dictionary.name_lookup()
+    with pytest.raises(ValueError, match="held_out_fold applies to the train split"):
+        prepare("bc5cdr-disease", "dev", "standard", Path("."), held_out_fold=0)
 
 
 def test_the_tfidf_baseline_breaks_ties_in_dictionary_order_taking_none_of_the_linkers_rules():

@@ -256,15 +256,17 @@ ONTOLOGY_QUERY_SOURCES = ("hp", "doid", "efo")
 
 def task_keyset(dataset: str, output: PathLike, data_dir: PathLike, model: str = KEY_MODEL, fold: int = 0,
                 precedence: bool = True, names_per_concept: int = 0, seed: int = 0,
-                ontologies: Sequence[str] = (), typos: int = 0) -> KeySet:
+                ontologies: Sequence[str] = (), typos: int = 0, held_out_fold: int = -1) -> KeySet:
     """A benchmark's train mentions (one part, one gold id) as queries against the dictionary its
     dev split is scored with, embedded by `model`; with `names_per_concept`, that many of each
     concept's dictionary names join the queries (name_queries); with `ontologies`, the names
-    of those ontologies' terms that cross-reference a dictionary concept (ontology_queries)."""
+    of those ontologies' terms that cross-reference a dictionary concept (ontology_queries).
+    `held_out_fold` (0 to 4) leaves that train fold's documents out of queries and dictionary
+    (protocol.prepare), for a baseline scored on that fold."""
     from .ontology import load_source
     from .protocol import TextNormaliser, prepare
 
-    task = prepare(dataset, "train", "standard", Path(data_dir), fold, precedence)
+    task = prepare(dataset, "train", "standard", Path(data_dir), fold, precedence, held_out_fold=held_out_fold)
     resolve = task.dictionary.resolve_id
     names, cuis = task.dictionary.name_rows()
     bearers = task.dictionary.name_lookup() if ontologies or typos else {}
@@ -279,7 +281,8 @@ def task_keyset(dataset: str, output: PathLike, data_dir: PathLike, model: str =
     meta = _meta(encoder, model, f"{dataset} train (standard protocol)", dataset=dataset,
                  fold=fold if dataset == "cadec" else None, training_precedence=precedence,
                  names_per_concept=names_per_concept, seed=seed, ontologies=list(ontologies),
-                 n_ontology_queries=len(distant), typos=typos, n_typo_queries=len(misspelt))
+                 n_ontology_queries=len(distant), typos=typos, n_typo_queries=len(misspelt),
+                 held_out_fold=held_out_fold)
     return write_keyset(output, names, cuis, _embed(encoder, names), queries, meta)
 
 
@@ -365,6 +368,8 @@ def task_command(
                                    f"a dictionary concept as its queries, comma-separated ({','.join(ONTOLOGY_QUERY_SOURCES)} "
                                    "for CADEC)"),
     typos: int = typer.Option(0, help="Also this many misspelt copies of each query (typo_queries)"),
+    held_out_fold: int = typer.Option(-1, help="Leave this train fold (0 to 4) out of queries and dictionary; "
+                                      "-1 keeps every document (not for cadec)"),
     seed: int = typer.Option(0),
 ) -> None:
     """Train mentions of a benchmark as queries against its dictionary."""
@@ -378,8 +383,10 @@ def task_command(
     if unknown:
         raise typer.BadParameter(f"Unknown ontology {unknown[0]!r} in --ontologies; use any of "
                                  f"{', '.join(OBO_SOURCES)}.")
+    if held_out_fold >= 0 and dataset == "cadec":
+        raise typer.BadParameter("--held-out-fold leaves out a train fold of NCBI-disease or BC5CDR; CADEC has --fold.")
     _report(task_keyset(dataset, output, data_dir, model, fold, names_per_concept=names_per_concept, seed=seed,
-                        ontologies=sources, typos=typos), output)
+                        ontologies=sources, typos=typos, held_out_fold=held_out_fold), output)
 
 
 @app.command("kb")

@@ -283,7 +283,8 @@ def train_fold(corpus: ds.Corpus, fold: int) -> Tuple[ds.Corpus, List[Mention]]:
 
 
 def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int = 0,
-            training_precedence: bool = True, vocabulary: Sequence[str] = ds.DEFAULT_VOCABULARY) -> Task:
+            training_precedence: bool = True, vocabulary: Sequence[str] = ds.DEFAULT_VOCABULARY,
+            held_out_fold: int = -1) -> Task:
     """Load the split's mentions, turn them into queries, and build the dictionary (the
     base vocabulary plus training mentions — train for dev, train and dev for test — with the
     names training mentions give a concept left to it, unless `training_precedence` is False:
@@ -292,7 +293,11 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
     split "train-fold" gives fold `fold` of the train documents (train_fold) as queries against
     the base vocabulary plus the other folds' mentions: where rules and settings are chosen,
     so that dev is read once. vocabulary: the chemical dictionary's name sources
-    (datasets.base_dictionary)."""
+    (datasets.base_dictionary). `held_out_fold` (0 to 4; split "train" only) leaves that train
+    fold's documents out of the queries and the dictionary alike, so that a recipe trained on
+    the rest is scored fairly on that fold."""
+    if held_out_fold >= 0 and (split != "train" or dataset == "cadec"):
+        raise ValueError(f"held_out_fold applies to the train split of a PubTator corpus, not {dataset} {split}.")
     normalise = TextNormaliser.for_dataset(dataset, data_dir) if protocol == "standard" else TextNormaliser()
     if dataset == "cadec":
         folder = ds.cadec_fold(data_dir, fold)
@@ -303,9 +308,12 @@ def prepare(dataset: str, split: str, protocol: str, data_dir: Path, fold: int =
         mentions, n_unlinkable = corpus.mentions, 0
     else:
         corpus = ds.load_pubtator_split(dataset, split, data_dir)
+        if held_out_fold >= 0:
+            corpus = ds.Corpus(fold_split(corpus.documents, held_out_fold, key=lambda doc: doc.doc_id)[1])
         mentions, n_unlinkable = corpus.mentions, corpus.n_unlinkable
         training_splits = ["train"] + (["dev"] if split == "test" else [])
-        training = [m for s in training_splits for m in ds.load_pubtator_split(dataset, s, data_dir).mentions]
+        training = (corpus.mentions if held_out_fold >= 0 else
+                    [m for s in training_splits for m in ds.load_pubtator_split(dataset, s, data_dir).mentions])
     dictionary = ds.base_dictionary(dataset, data_dir, vocabulary)
     if protocol == "standard":
         dictionary = _normalised_kb(dictionary, normalise)
