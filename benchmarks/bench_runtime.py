@@ -2,7 +2,10 @@
 start to a loaded pipeline, imports included), mentions/s in batches (with and without our
 mention cache) and one document per call, peak RSS and Acc@1 of the raw mentions. Each
 measurement is a fresh process (runtime_child.py); rounds interleave the systems (A B A B …);
-the table gives medians and the ratios ours / scispaCy.
+the table gives medians and the ratios ours / scispaCy. Beside them, the physical references: the
+int8 encoder alone over the workload's distinct mention texts (mentions/s if linking cost nothing
+else) and the share of it linking reaches, and each system's memory above the floor (its peak
+RSS less that of the same process with spaCy and the documents loaded but no linker).
 
 Workload: every document of NCBI-disease train+dev and BC5CDR train+dev from ../shared, entities
 from the gold spans (about 24,900 mentions). Ours: the shipped default (int8 ONNX, the bundled
@@ -30,7 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("runtime_child.py")
 # scispaCy links one document per call whatever the caller does, so its one row serves both.
-RUNS = [("ours", "batch"), ("scispacy", "batch"), ("ours", "nocache"), ("ours", "doc")]
+LINKING = [("ours", "batch"), ("scispacy", "batch"), ("ours", "nocache"), ("ours", "doc")]
+# The references: each venv's floor (spaCy and the documents, no linker) and our encoder alone.
+REFERENCES = [("ours", "floor"), ("scispacy", "floor"), ("ours", "encoder")]
+RUNS = LINKING + REFERENCES
 
 
 def scispacy_folder() -> Path:
@@ -79,16 +85,30 @@ def run_child(python: str, system: str, mode: str, data_dir: Path, folder: Path)
 
 
 def table(results: dict) -> str:
-    """Medians of each (system, mode) and ratios to scispaCy's batch row."""
+    """Medians of each (system, mode), ratios to scispaCy's batch row, and the references: the
+    share of the encoder-alone rate linking reaches, and memory above each venv's floor."""
     med = {key: {k: statistics.median(r[k] for r in rows) for k in ("cold_s", "mentions_per_s", "peak_rss_mb", "acc@1")}
            for key, rows in results.items()}
     theirs = med[("scispacy", "batch")]
     lines = [f"{'system':24} {'cold s':>7} {'mentions/s':>11} {'peak RSS MB':>12} {'Acc@1':>6}   "
              f"ratios vs scispaCy: cold  speed  RSS"]
-    for (system, mode), m in med.items():
+    for system, mode in LINKING:
+        m = med[(system, mode)]
         lines.append(f"{system + ', ' + mode:24} {m['cold_s']:7.2f} {m['mentions_per_s']:11.0f} {m['peak_rss_mb']:12.0f} "
                      f"{100 * m['acc@1']:6.2f}   {m['cold_s'] / theirs['cold_s']:24.2f} "
                      f"{m['mentions_per_s'] / theirs['mentions_per_s']:6.2f} {m['peak_rss_mb'] / theirs['peak_rss_mb']:4.2f}")
+    encoder = med[("ours", "encoder")]["mentions_per_s"]
+    distinct = results[("ours", "encoder")][0]["distinct"]
+    lines.append(f"\nthe int8 encoder alone over the {distinct} distinct mention texts: {encoder:.0f} mentions/s; "
+                 f"linking reaches {med[('ours', 'batch')]['mentions_per_s'] / encoder:.0%} of it in batches, "
+                 f"{med[('ours', 'doc')]['mentions_per_s'] / encoder:.0%} one document per call")
+    floor = {system: med[(system, "floor")]["peak_rss_mb"] for system in ("ours", "scispacy")}
+    above_theirs = theirs["peak_rss_mb"] - floor["scispacy"]
+    lines.append(f"memory above the floor (spaCy and the documents, no linker: ours {floor['ours']:.0f} MB, "
+                 f"scispaCy {floor['scispacy']:.0f} MB): scispaCy {above_theirs:.0f} MB")
+    for mode in ("batch", "doc"):
+        above = med[("ours", mode)]["peak_rss_mb"] - floor["ours"]
+        lines.append(f"  ours, {mode}: {above:.0f} MB, {above / above_theirs:.2f}x scispaCy's")
     return "\n".join(lines)
 
 
@@ -107,7 +127,7 @@ def main():
             results[(system, mode)].append(row)
             print(f"round {round_ + 1}: {system}, {mode}: {row['mentions_per_s']:.0f} mentions/s, "
                   f"cold {row['cold_s']:.2f} s, {row['peak_rss_mb']:.0f} MB, torch imported: {row['torch']}", flush=True)
-    mentions = next(iter(results.values()))[0]["mentions"]
+    mentions = results[LINKING[0]][0]["mentions"]
     print(f"\n{mentions} mentions, medians of {args.rounds} rounds"
           f"{', each system in its own minimal venv' if args.venvs else ', both in ' + sys.executable}:")
     print(table(results))

@@ -4,7 +4,10 @@ own minimal venv): it imports only the system under test, spaCy and the standard
     python runtime_child.py SYSTEM MODE DATA_DIR [SCISPACY_FOLDER]
 
 SYSTEM: ours or scispacy. MODE: batch (nlp.pipe over every document, our mention cache on),
-nocache (the same, cache off), doc (one nlp(doc) call per document, as a service calls it).
+nocache (the same, cache off), doc (one nlp(doc) call per document, as a service calls it),
+encoder (ours: the int8 encoder alone over the workload's distinct mention texts, in one encode
+call: the rate linking would reach if nothing but the encoder cost time), floor (spaCy and the
+documents loaded, no linker: the peak RSS that linking's memory is measured above).
 Prints one JSON line: cold start (from the parent's spawn time, BENCH_T0, to a loaded pipeline:
 imports included), mentions/s, peak RSS (of loading and linking: taken before scoring) and Acc@1
 of the raw mentions against their gold ids.
@@ -87,21 +90,50 @@ def load(system: str, mode: str, scispacy_folder: str):
     return nlp, lambda docs: [linker(doc) for doc in docs], lambda cui: cui if cui in kb.cui_to_entity else None
 
 
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reference(system: str, mode: str, data_dir: Path) -> dict:
+    """The floor (no linker) or the encoder alone (mode "encoder", ours): no links, so no Acc@1."""
+    import spacy
+
+    if mode == "encoder":
+        from spacy_sapbert.pipe.loaders import EncoderLoader
+
+        encoder = EncoderLoader().load()
+    cold = time.time() - float(os.environ["BENCH_T0"])
+    docs, _ = gold_docs(spacy.blank("en"), data_dir)
+    n = sum(len(doc.ents) for doc in docs)
+    seconds, texts = 0.0, []
+    if mode == "encoder":
+        texts = sorted({ent.text for doc in docs for ent in doc.ents})
+        start = time.perf_counter()
+        encoder.encode(texts)
+        seconds = time.perf_counter() - start
+    return {"system": system, "mode": mode, "cold_s": cold, "mentions": n, "distinct": len(texts),
+            "mentions_per_s": n / seconds if seconds else 0.0, "peak_rss_mb": peak_rss_mb(), "acc@1": 0.0,
+            "torch": "torch" in sys.modules}
+
+
 def main():
     system, mode, data_dir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     folder = sys.argv[4] if len(sys.argv) > 4 else ""
+    if mode in ("encoder", "floor"):
+        print(json.dumps(reference(system, mode, data_dir)))
+        return
     nlp, link, resolve = load(system, mode, folder)
     cold = time.time() - float(os.environ["BENCH_T0"])
     docs, golds = gold_docs(nlp, data_dir)
     start = time.perf_counter()
     linked = link(docs)
     seconds = time.perf_counter() - start
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     n = sum(len(doc.ents) for doc in linked)
     right = sum(1 for doc, ids in zip(linked, golds) for ent, gold in zip(doc.ents, ids)
                 if ent._.kb_ents and ent._.kb_ents[0][0] in {resolve(g) or g for g in gold})
     print(json.dumps({"system": system, "mode": mode, "cold_s": cold, "mentions": n, "mentions_per_s": n / seconds,
-                      "peak_rss_mb": peak_rss_mb, "acc@1": right / n,
+                      "peak_rss_mb": peak, "acc@1": right / n,
                       "torch": "torch" in sys.modules}))
 
 

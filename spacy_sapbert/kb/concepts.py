@@ -200,6 +200,10 @@ class KnowledgeBase:
         """How many (concept, name) pairs the knowledge base holds."""
         return sum(1 + len(c.aliases) for c in self)
 
+    def alternative_ids(self) -> Dict[str, str]:
+        """Each alternative id → the id of the concept that holds it (the first to, where several do)."""
+        return dict(self._alt_to_cui)
+
     def resolve_id(self, concept_id: str) -> Optional[str]:
         """The id under which `concept_id` (a primary or alternative id) is stored, or None."""
         if concept_id in self.cui_to_entity:

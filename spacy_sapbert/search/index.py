@@ -144,6 +144,9 @@ class ConceptIndex:
         self.row_concepts = np.asarray(row_concepts, dtype=np.int32)
         self.meta = meta
         self.path: Optional[Path] = None  # the directory it was loaded from
+        # Each alternative id's concept position, when loaded from a CONCEPTS_FILE that keeps
+        # them: resolve_id then reads no KB.
+        self._alt_positions: Optional[Dict[str, int]] = None
         self._selectors: Dict[Tuple[str, ...], Tuple[object, int]] = {}
         self._split: Optional[tuple] = None  # (index, its pre-transform maps, the index inside)
 
@@ -164,7 +167,13 @@ class ConceptIndex:
         return self._kb
 
     def resolve_id(self, concept_id: str) -> Optional[str]:
-        """The id under which the index holds `concept_id` (its own or another id of it), or None."""
+        """The id under which the index holds `concept_id` (its own or another id of it), or None;
+        without reading the KB where the index keeps its alternative ids (CONCEPTS_FILE)."""
+        if self._kb is None and self._alt_positions is not None:
+            if self.position_of(concept_id) is not None:
+                return concept_id
+            position = self._alt_positions.get(concept_id)
+            return None if position is None else self.concept_ids[position]
         return self.kb.resolve_id(concept_id)
 
     def position_of(self, concept_id: str) -> Optional[int]:
@@ -503,8 +512,12 @@ class ConceptIndex:
         np.save(path / ROWS_FILE, self.row_concepts)
         kb_file = KB_FILE_GZ if compress_kb else KB_FILE
         write_jsonl(self.kb, path / kb_file)
+        alternatives = self.kb.alternative_ids()
         concepts = {"concept_ids": self.concept_ids,
-                    "types": [list(self.concept_types(i)) for i in range(len(self.concept_ids))]}
+                    "types": [list(self.concept_types(i)) for i in range(len(self.concept_ids))],
+                    # What resolve_id reads without the KB: each alternative id and its concept's position.
+                    "alt_ids": list(alternatives),
+                    "alt_positions": [self.position_of(cui) for cui in alternatives.values()]}
         (path / CONCEPTS_FILE).write_text(json.dumps(concepts, ensure_ascii=False, separators=(",", ":")) + "\n",
                                           encoding="utf-8")
         files = [FAISS_FILE, ROWS_FILE, kb_file, CONCEPTS_FILE]
@@ -568,6 +581,8 @@ class ConceptIndex:
             )
         check_label_types(meta.get("label_types", {}), f"{meta_path}'s label_types")
         loaded = cls(None, index, rows, meta, concepts=concepts)
+        if "alt_ids" in stored:
+            loaded._alt_positions = dict(zip(stored["alt_ids"], stored["alt_positions"]))
         loaded._kb_file = path / kb_file
         loaded.path = path
         if encoder is not None:

@@ -136,7 +136,8 @@ def default_index_path(encoder) -> Path:
 def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
     """The cached HNSW graph over the codes of the scalar-quantised index at `compact` (the
     bundled index, or its copy in a saved pipeline), made once: set from the links `compact`
-    stores, or built; keyed by the codes' checksum, so every copy of one index shares it."""
+    stores, or built; keyed by the codes' and concepts' checksums, so every copy of one index
+    shares it."""
     from .index import GRAPH_FILE, ConceptIndex
 
     meta = json.loads((compact / "meta.json").read_text(encoding="utf-8"))
@@ -152,9 +153,12 @@ def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
 
 
 def _graph_cache(meta: dict) -> Path:
-    """Where the graph over a compact index's codes is cached: keyed by the codes' checksum."""
-    digest = meta["files"]["index.faiss"]["sha256"][:16]
-    return cache_dir() / f"index-graph-{digest}-hnsw-{meta['index_type']}"
+    """Where the graph over a compact index's codes is cached: keyed by the codes' checksum, and
+    by that of the concepts file the copy keeps, so that a copy of older concepts is not taken."""
+    files = meta["files"]
+    digest = files["index.faiss"]["sha256"][:16]
+    concepts = files.get("concepts.json", {}).get("sha256", "")[:8]
+    return cache_dir() / f"index-graph-{digest}{'-' + concepts if concepts else ''}-hnsw-{meta['index_type']}"
 
 
 def compact_source(index_path: Path) -> Optional[Path]:

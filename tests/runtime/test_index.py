@@ -255,6 +255,22 @@ def test_a_loaded_index_reads_its_kb_only_when_asked(flat_index, tiny_encoder, t
         ConceptIndex.load(saved).kb
 
 
+def test_other_ids_resolve_without_reading_the_kb(tiny_kb, tiny_encoder, tmp_path):
+    """A names table's older ids are resolved when the pipe loads: from concepts.json, so that
+    the KB (60 MB for the bundled index) is not read for them."""
+    from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+
+    kb = KnowledgeBase([Concept(c.concept_id, c.canonical_name, list(c.aliases), list(c.types),
+                                alt_ids=[f"OMIM:{i}", "MONDO:1"]) for i, c in enumerate(tiny_kb)])
+    index = ConceptIndex.build(kb, tiny_encoder)
+    loaded = ConceptIndex.load(index.save(tmp_path / "index"), encoder=tiny_encoder)
+    alternatives = kb.alternative_ids()
+    assert alternatives["MONDO:1"] == index.concept_ids[0]  # the first concept to hold it
+    for concept_id in [*alternatives, *index.concept_ids, "D999999"]:
+        assert loaded.resolve_id(concept_id) == kb.resolve_id(concept_id)
+    assert loaded._kb is None
+
+
 def test_an_index_without_its_concepts_file_is_refused_and_the_bundled_one_has_it(tiny_index_dir, tmp_path):
     import json
     import shutil
@@ -270,3 +286,8 @@ def test_an_index_without_its_concepts_file_is_refused_and_the_bundled_one_has_i
         ConceptIndex.load(old)
     bundled = bundled_index_meta()
     assert bundled is None or "concepts.json" in bundled["files"]
+    if bundled is not None:  # and it resolves other ids without its KB
+        from spacy_sapbert.assets import BUNDLED_INDEX
+
+        stored = json.loads((BUNDLED_INDEX / "concepts.json").read_text(encoding="utf-8"))
+        assert len(stored["alt_ids"]) == len(stored["alt_positions"]) > 30000

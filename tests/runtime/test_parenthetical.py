@@ -96,6 +96,17 @@ def test_the_pipe_without_parenthetical_labels_links_each_name_alone(tiny_model,
     assert ents["LQ-7", 41]._.kb_ents == ents["lactic acidosis", 24]._.kb_ents
 
 
+def test_the_pipe_skips_the_rule_only_where_no_mention_is_followed_by_a_parenthesis():
+    import spacy
+
+    from spacy_sapbert.pipe.linker import _opens_parenthesis
+
+    doc = spacy.blank("en")("metformin  (XQ-9) and cisplatin; (x) GABA(A)")
+    assert _opens_parenthesis(doc, 1)  # past the extra space
+    assert not _opens_parenthesis(doc, 7) and not _opens_parenthesis(doc, len(doc))  # ";", the end
+    assert _opens_parenthesis(doc, 8)
+
+
 def test_parenthetical_labels_must_be_a_list_of_labels():
     import spacy
 
