@@ -71,12 +71,18 @@ GRAPH_FILE = "graph.npz"
 
 
 
+def stored_type_sets(stored: dict) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
+    """A CONCEPTS_FILE's distinct sets of types and each concept's set's number, as a supplement
+    stores them ("type_sets", "type_set")."""
+    return [tuple(types) for types in stored["type_sets"]], np.asarray(stored["type_set"], dtype=np.int64)
+
+
 def stored_types(stored: dict) -> List[Tuple[str, ...]]:
     """Each concept's types from a CONCEPTS_FILE: a list per concept ("types"), or each distinct
     set once ("type_sets") and each concept's set's number ("type_set"), as a supplement stores
     them; concepts with the same types share one tuple."""
     if "type_sets" in stored:
-        sets = [tuple(types) for types in stored["type_sets"]]
+        sets, _ = stored_type_sets(stored)
         return [sets[i] for i in stored["type_set"]]
     shared: Dict[Tuple[str, ...], Tuple[str, ...]] = {}
     return [shared.setdefault(tuple(types), tuple(types)) for types in stored["types"]]
@@ -147,6 +153,8 @@ class ConceptIndex:
         # Each alternative id's concept position, when loaded from a CONCEPTS_FILE that keeps
         # them: resolve_id then reads no KB.
         self._alt_positions: Optional[Dict[str, int]] = None
+        # (each distinct set of types, each concept's set's number) when CONCEPTS_FILE stores them so.
+        self._type_sets: Optional[Tuple[List[Tuple[str, ...]], np.ndarray]] = None
         self._selectors: Dict[Tuple[str, ...], Tuple[object, int]] = {}
         self._split: Optional[tuple] = None  # (index, its pre-transform maps, the index inside)
 
@@ -436,9 +444,28 @@ class ConceptIndex:
     def _selector(self, type_prefixes: Sequence[str]) -> Tuple[object, int]:
         key = tuple(sorted(type_prefixes))
         if key not in self._selectors:
-            allowed = np.array([i for i in range(len(self.concept_ids)) if self.has_type(i, key)], dtype=np.int64)
+            # Each distinct set of types is asked once (291k concepts share 87k sets; asking each
+            # concept took a second of the bundled pipe's load).
+            verdicts: Dict[Tuple[str, ...], bool] = {}
+
+            def typed_set(types: Tuple[str, ...]) -> bool:
+                found = verdicts.get(types)
+                if found is None:
+                    found = verdicts[types] = any(t.startswith(key) for t in types)
+                return found
+
+            def typed(position: int) -> bool:
+                return typed_set(self.concept_types(position))
+
+            n_concepts = len(self.concept_ids)
+            if self._type_sets is not None:  # stored once a set: ask each set, then index
+                sets, which = self._type_sets
+                allowed = np.array([typed_set(types) for types in sets], dtype=bool)[which] if n_concepts else \
+                    np.zeros(0, dtype=bool)
+            else:
+                allowed = np.fromiter((typed(i) for i in range(n_concepts)), dtype=bool, count=n_concepts)
             # One bit a row (26 KB for 208k names), where a set of row ids took megabytes.
-            member = np.isin(self.row_concepts, allowed)
+            member = allowed[self.row_concepts] if n_concepts else np.zeros(len(self.row_concepts), dtype=bool)
             bitmap = np.packbits(member, bitorder="little")
             selector = faiss.IDSelectorBitmap(len(member), faiss.swig_ptr(bitmap))
             selector.bitmap_array = bitmap  # the selector reads this buffer: keep it alive
@@ -563,7 +590,9 @@ class ConceptIndex:
             raise ConceptIndexError(f"{path} keeps no {CONCEPTS_FILE} (an index of the unpublished 0.1); rebuild it "
                                     "with `spacy-sapbert build-index`.")
         stored = json.loads((path / CONCEPTS_FILE).read_text(encoding="utf-8"))
-        concepts = (stored["concept_ids"], stored_types(stored))
+        type_sets = stored_type_sets(stored) if "type_sets" in stored else None
+        types = [type_sets[0][i] for i in stored["type_set"]] if type_sets else stored_types(stored)
+        concepts = (stored["concept_ids"], types)
         n_concepts = len(concepts[0])
         flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
         index = faiss.read_index(str(path / FAISS_FILE), flags)
@@ -583,6 +612,7 @@ class ConceptIndex:
         loaded = cls(None, index, rows, meta, concepts=concepts)
         if "alt_ids" in stored:
             loaded._alt_positions = dict(zip(stored["alt_ids"], stored["alt_positions"]))
+        loaded._type_sets = type_sets
         loaded._kb_file = path / kb_file
         loaded.path = path
         if encoder is not None:
