@@ -72,20 +72,22 @@ GRAPH_FILE = "graph.npz"
 
 
 def stored_type_sets(stored: dict) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
-    """A CONCEPTS_FILE's distinct sets of types and each concept's set's number, as a supplement
-    stores them ("type_sets", "type_set")."""
-    return [tuple(types) for types in stored["type_sets"]], np.asarray(stored["type_set"], dtype=np.int64)
+    """A CONCEPTS_FILE's distinct sets of types and each concept's set's number: as a supplement
+    stores them ("type_sets", "type_set"), or gathered from a list per concept ("types")."""
+    if "type_sets" in stored:
+        return [tuple(types) for types in stored["type_sets"]], np.asarray(stored["type_set"], dtype=np.int64)
+    numbers: Dict[Tuple[str, ...], int] = {}
+    which = np.fromiter((numbers.setdefault(tuple(types), len(numbers)) for types in stored["types"]),
+                        dtype=np.int64, count=len(stored["types"]))
+    return list(numbers), which
 
 
 def stored_types(stored: dict) -> List[Tuple[str, ...]]:
     """Each concept's types from a CONCEPTS_FILE: a list per concept ("types"), or each distinct
     set once ("type_sets") and each concept's set's number ("type_set"), as a supplement stores
     them; concepts with the same types share one tuple."""
-    if "type_sets" in stored:
-        sets, _ = stored_type_sets(stored)
-        return [sets[i] for i in stored["type_set"]]
-    shared: Dict[Tuple[str, ...], Tuple[str, ...]] = {}
-    return [shared.setdefault(tuple(types), tuple(types)) for types in stored["types"]]
+    sets, which = stored_type_sets(stored)
+    return [sets[i] for i in which.tolist()]
 
 
 def check_label_types(mapping, where: str) -> Dict[str, List[str]]:
@@ -153,7 +155,7 @@ class ConceptIndex:
         # Each alternative id's concept position, when loaded from a CONCEPTS_FILE that keeps
         # them: resolve_id then reads no KB.
         self._alt_positions: Optional[Dict[str, int]] = None
-        # (each distinct set of types, each concept's set's number) when CONCEPTS_FILE stores them so.
+        # (each distinct set of types, each concept's set's number), when loaded from a CONCEPTS_FILE.
         self._type_sets: Optional[Tuple[List[Tuple[str, ...]], np.ndarray]] = None
         self._selectors: Dict[Tuple[str, ...], Tuple[object, int]] = {}
         self._split: Optional[tuple] = None  # (index, its pre-transform maps, the index inside)
@@ -458,7 +460,7 @@ class ConceptIndex:
                 return typed_set(self.concept_types(position))
 
             n_concepts = len(self.concept_ids)
-            if self._type_sets is not None:  # stored once a set: ask each set, then index
+            if self._type_sets is not None:  # loaded: ask each set, then index
                 sets, which = self._type_sets
                 allowed = np.array([typed_set(types) for types in sets], dtype=bool)[which] if n_concepts else \
                     np.zeros(0, dtype=bool)
@@ -590,9 +592,8 @@ class ConceptIndex:
             raise ConceptIndexError(f"{path} keeps no {CONCEPTS_FILE} (an index of the unpublished 0.1); rebuild it "
                                     "with `spacy-sapbert build-index`.")
         stored = json.loads((path / CONCEPTS_FILE).read_text(encoding="utf-8"))
-        type_sets = stored_type_sets(stored) if "type_sets" in stored else None
-        types = [type_sets[0][i] for i in stored["type_set"]] if type_sets else stored_types(stored)
-        concepts = (stored["concept_ids"], types)
+        type_sets = stored_type_sets(stored)
+        concepts = (stored["concept_ids"], [type_sets[0][i] for i in type_sets[1].tolist()])  # stored_types
         n_concepts = len(concepts[0])
         flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
         index = faiss.read_index(str(path / FAISS_FILE), flags)
