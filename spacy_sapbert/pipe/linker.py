@@ -390,7 +390,8 @@ class SapBERTLinker(Pipe):
         return doc
 
     def pipe(self, stream: Iterable[Doc], *, batch_size: Optional[int] = None) -> Iterator[Doc]:
-        for docs in minibatch(stream, size=batch_size or self.batch_size):
+        # At most the pipe's own batch_size: nlp.pipe hands over 1,000 documents by default.
+        for docs in minibatch(stream, size=min(batch_size or self.batch_size, self.batch_size)):
             self.set_annotations(docs, self.predict(docs))
             yield from docs
 

@@ -112,6 +112,19 @@ def test_expand_abbreviations_whole_words_only():
     assert expand_abbreviations("DMARF", abbreviations) == "DMARF"
 
 
+def test_a_larger_batch_from_nlp_pipe_is_linked_in_parts_of_the_pipes_own_size(linked_nlp, monkeypatch):
+    linker = linked_nlp.get_pipe("sapbert_linker")
+    sizes, predict = [], linker.predict
+    monkeypatch.setattr(linker, "predict", lambda docs: sizes.append(len(docs)) or predict(docs))
+    monkeypatch.setattr(linker, "batch_size", 2)
+    texts = [TEXT, "metformin and cisplatin", "No entities here.", TEXT, "cisplatin"]
+    docs = list(linked_nlp.pipe(texts, batch_size=1000))
+    assert sizes == [2, 2, 1] and [e._.cui for e in docs[1].ents] == ["D008687", "D002945"]
+    sizes.clear()
+    list(linked_nlp.pipe(texts, batch_size=1))
+    assert sizes == [1] * 5
+
+
 def test_batches_encode_once_per_batch(linked_nlp):
     linker = linked_nlp.get_pipe("sapbert_linker")
     calls = []
