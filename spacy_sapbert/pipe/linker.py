@@ -126,6 +126,7 @@ def _opens_parenthesis(doc: Doc, end: int) -> bool:
         end += 1
     return end < len(doc) and doc[end].text.startswith("(")
 
+
 class SapBERTLinker(Pipe):
     """Link entities to concepts: embed each mention, search the concept index, set
     `span._.cui`, `span._.cui_score`, `span._.kb_ents` and `span.kb_id_`. Every knob of

@@ -6,7 +6,7 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
@@ -45,30 +45,12 @@ NAMES_FILE = "names.tsv.gz"
 GRAPH_FILE = "graph.npz"
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+def numbered_type_sets(types: Iterable[Tuple[str, ...]], count: int) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
+    """Each distinct set of `types` (one tuple per concept, `count` of them) once, in order of
+    first appearance, and each concept's set's number."""
+    numbers: Dict[Tuple[str, ...], int] = {}
+    which = np.fromiter((numbers.setdefault(t, len(numbers)) for t in types), dtype=np.int64, count=count)
+    return list(numbers), which
 
 
 def stored_type_sets(stored: dict) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
@@ -76,10 +58,7 @@ def stored_type_sets(stored: dict) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
     stores them ("type_sets", "type_set"), or gathered from a list per concept ("types")."""
     if "type_sets" in stored:
         return [tuple(types) for types in stored["type_sets"]], np.asarray(stored["type_set"], dtype=np.int64)
-    numbers: Dict[Tuple[str, ...], int] = {}
-    which = np.fromiter((numbers.setdefault(tuple(types), len(numbers)) for types in stored["types"]),
-                        dtype=np.int64, count=len(stored["types"]))
-    return list(numbers), which
+    return numbered_type_sets((tuple(types) for types in stored["types"]), len(stored["types"]))
 
 
 def stored_types(stored: dict) -> List[Tuple[str, ...]]:
@@ -155,7 +134,7 @@ class ConceptIndex:
         # Each alternative id's concept position, when loaded from a CONCEPTS_FILE that keeps
         # them: resolve_id then reads no KB.
         self._alt_positions: Optional[Dict[str, int]] = None
-        # (each distinct set of types, each concept's set's number), when loaded from a CONCEPTS_FILE.
+        # (each distinct set of types, each concept's set's number): _type_set_numbers.
         self._type_sets: Optional[Tuple[List[Tuple[str, ...]], np.ndarray]] = None
         self._selectors: Dict[Tuple[str, ...], Tuple[object, int]] = {}
         self._split: Optional[tuple] = None  # (index, its pre-transform maps, the index inside)
@@ -443,31 +422,23 @@ class ConceptIndex:
                 f"{encoder.fingerprint}); rebuild it with `spacy-sapbert build-index`."
             )
 
+    def _type_set_numbers(self) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
+        """Each distinct set of types once and each concept's set's number: as loaded from the
+        CONCEPTS_FILE, or gathered from the KB once."""
+        if self._type_sets is None:
+            n_concepts = len(self.concept_ids)
+            self._type_sets = numbered_type_sets((self.concept_types(i) for i in range(n_concepts)), n_concepts)
+        return self._type_sets
+
     def _selector(self, type_prefixes: Sequence[str]) -> Tuple[object, int]:
         key = tuple(sorted(type_prefixes))
         if key not in self._selectors:
-            # Each distinct set of types is asked once (291k concepts share 87k sets; asking each
+            # Each distinct set of types is asked once (291k concepts share 69k sets; asking each
             # concept took a second of the bundled pipe's load).
-            verdicts: Dict[Tuple[str, ...], bool] = {}
-
-            def typed_set(types: Tuple[str, ...]) -> bool:
-                found = verdicts.get(types)
-                if found is None:
-                    found = verdicts[types] = any(t.startswith(key) for t in types)
-                return found
-
-            def typed(position: int) -> bool:
-                return typed_set(self.concept_types(position))
-
-            n_concepts = len(self.concept_ids)
-            if self._type_sets is not None:  # loaded: ask each set, then index
-                sets, which = self._type_sets
-                allowed = np.array([typed_set(types) for types in sets], dtype=bool)[which] if n_concepts else \
-                    np.zeros(0, dtype=bool)
-            else:
-                allowed = np.fromiter((typed(i) for i in range(n_concepts)), dtype=bool, count=n_concepts)
+            sets, which = self._type_set_numbers()
+            verdicts = np.array([any(t.startswith(key) for t in types) for types in sets], dtype=bool)
             # One bit a row (26 KB for 208k names), where a set of row ids took megabytes.
-            member = allowed[self.row_concepts] if n_concepts else np.zeros(len(self.row_concepts), dtype=bool)
+            member = verdicts[which][self.row_concepts]
             bitmap = np.packbits(member, bitorder="little")
             selector = faiss.IDSelectorBitmap(len(member), faiss.swig_ptr(bitmap))
             selector.bitmap_array = bitmap  # the selector reads this buffer: keep it alive

@@ -104,10 +104,9 @@ class SupplementedIndex:
         self._keys = np.load(supplement.path / KEYS_FILE)
         if not len(self.names) == len(self._keys) == len(supplement):
             raise ConceptIndexError(f"{supplement.path}: its names, keys and rows disagree; rebuild the supplement.")
-        main.position_of("")  # makes the main index's map of ids, read directly below
-        known = main._positions.get
         # Each supplement concept's position among the concepts of both (-1: only it holds it).
-        position = np.fromiter((known(concept_id, -1) for concept_id in supplement.concept_ids), dtype=np.int64,
+        own = (main.position_of(concept_id) for concept_id in supplement.concept_ids)
+        position = np.fromiter((-1 if found is None else found for found in own), dtype=np.int64,
                                count=len(supplement.concept_ids))
         new = np.flatnonzero(position < 0)
         self._n_main = len(main.concept_ids)
@@ -117,8 +116,7 @@ class SupplementedIndex:
         self.concept_ids: List[str] = list(main.concept_ids) + added
         # The added concepts found by their ids' checksums (2 MB, where a dict of 253k ids took 20;
         # crc32, not hash(), so that a pipeline pickled into a spawned process finds them too).
-        hashes = np.fromiter((zlib.crc32(concept_id.encode("utf-8")) for concept_id in added), dtype=np.uint32,
-                             count=len(added))
+        hashes = np.fromiter((_id_hash(concept_id) for concept_id in added), dtype=np.uint32, count=len(added))
         order = np.argsort(hashes, kind="stable")
         self._added = (hashes[order], order + self._n_main)
         self.row_concepts = np.concatenate([main.row_concepts, position[supplement.row_concepts]]).astype(np.int32)
