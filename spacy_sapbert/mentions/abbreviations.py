@@ -5,7 +5,7 @@
 entities put right by the definitions (`follow_long_forms`) and mention texts with short forms
 expanded (`expand_abbreviations`, `linked_text`)."""
 import re
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from spacy.lang.en.stop_words import STOP_WORDS
 from spacy.tokens import Doc, Span
@@ -308,6 +308,49 @@ def follow_long_forms(ents: Iterable[Span], forms: Dict[str, Span]) -> List[Span
         label_of[short] = ent.label
     return [Span(ent.doc, ent.start, ent.end, label=label_of[ent.text], kb_id=ent.kb_id)
             if label_of.get(ent.text, ent.label) != ent.label else ent for ent in ents]
+
+
+def short_form_entities(ents: Sequence[Span], forms: Dict[str, Span]) -> List[Span]:
+    """`ents` and, added, every occurrence of a short form whose long form is exactly an entity,
+    or which is an entity itself somewhere, as an entity of that label, where no entity
+    overlaps it: an NER that tags "grape seed proanthocyanidin extract (GSPE)" once often
+    misses the "GSPE" that follows. The short form is matched as written (case kept), token
+    for token. On train fold 0 of BC5CDR and NCBI-disease held out from the bundled NER's
+    training, span F1 78.3 → 80.2 and 78.8 → 80.2 (docs/results.md)."""
+    if not ents or not forms:
+        return list(ents)
+    doc = ents[0].doc
+    bounds = {(ent.start, ent.end): ent.label for ent in ents}
+    labels: Dict[str, int] = {}
+    for short, form in forms.items():
+        if (form.start, form.end) in bounds:
+            labels[short] = bounds[(form.start, form.end)]
+    for ent in ents:
+        if ent.text in forms:
+            labels.setdefault(ent.text, ent.label)
+    taken = [False] * len(doc)
+    for ent in ents:
+        taken[ent.start:ent.end] = [True] * (ent.end - ent.start)
+    added: List[Span] = []
+    for short, label in labels.items():
+        for start, end in _occurrences(doc, short):
+            if not any(taken[start:end]):
+                taken[start:end] = [True] * (end - start)
+                added.append(Span(doc, start, end, label=label))
+    return sorted([*ents, *added], key=lambda span: span.start) if added else list(ents)
+
+
+def _occurrences(doc: Doc, text: str) -> Iterable[Tuple[int, int]]:
+    """(start, end) of each run of tokens that reads exactly `text`."""
+    for start, token in enumerate(doc):
+        if not text.startswith(token.text):
+            continue
+        end, read = start + 1, token.text
+        while len(read) < len(text) and end < len(doc):
+            read += doc[end - 1].whitespace_ + doc[end].text
+            end += 1
+        if read == text:
+            yield start, end
 
 
 def expand_abbreviations(text: str, abbreviations: Dict[str, str]) -> str:

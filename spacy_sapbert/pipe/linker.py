@@ -16,7 +16,7 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
 from spacy.util import minibatch, registry
 
-from ..mentions.abbreviations import follow_long_forms, linked_text, long_forms
+from ..mentions.abbreviations import follow_long_forms, linked_text, long_forms, short_form_entities
 from ..candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, Scoring
 from ..encoders.base import in_window
 from ..mentions.parenthetical import share_parentheticals
@@ -87,6 +87,7 @@ def make_sapbert_linker(
     batch_size: int,
     attributes: Dict[str, str],
     parenthetical_labels: List[str],
+    short_form_entities: bool,
 ) -> "SapBERTLinker":
     """Create the linker; it loads nothing until `initialize`, `from_disk` or first use, which
     also check the encoder's and the index's sources.
@@ -100,7 +101,7 @@ def make_sapbert_linker(
                                    no_definition_threshold=no_definition_threshold, cache_size=cache_size)
     settings = PipeSettings(resolve_abbreviations=resolve_abbreviations, labels=labels, label_types=label_types,
                             spans_key=spans_key, batch_size=batch_size, attributes=attributes,
-                            parenthetical_labels=parenthetical_labels)
+                            parenthetical_labels=parenthetical_labels, short_form_entities=short_form_entities)
     linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, scoring=scoring, scorer=scorer,
                            candidates=candidates, settings=settings)
     linker.nlp = nlp
@@ -146,6 +147,7 @@ class SapBERTLinker(Pipe):
     spans_key = Setting("pipe_settings")
     batch_size = Setting("pipe_settings")
     parenthetical_labels = Setting("pipe_settings")
+    short_form_entities = Setting("pipe_settings")
     sparse_weight = Setting("scoring")
     marginal_tau = Setting("scoring")
     exact_first = Setting("scoring")
@@ -318,6 +320,8 @@ class SapBERTLinker(Pipe):
         forms = (long_forms(doc, missed=self._detector_runs_first(), entities=spans, is_name=generator.holds_name)
                  if self.resolve_abbreviations else {})
         ents = follow_long_forms(spans, forms)
+        if self.short_form_entities:
+            ents = short_form_entities(ents, forms)
         abbreviations = {short: form.text for short, form in forms.items()}
         types_by_label = self._types_by_label()
         link_labels = {label.lower() for label in self.labels}

@@ -38,6 +38,11 @@ class PipeSettings:
         ("amrubicin (SM-5887)", "WR-2721 (amifostine)"; mentions.parenthetical); empty: none.
         Chemical only by default:
         for diseases a parenthesis is as often a subtype or a cause as a synonym.
+    short_form_entities: with resolve_abbreviations, a short form whose long form is exactly an
+        entity (or which is an entity where it is defined) becomes an entity of that label
+        wherever else the text uses it and no entity overlaps it: an NER that tags
+        "grape seed proanthocyanidin extract (GSPE)" often misses the later "GSPE"s
+        (mentions.abbreviations.short_form_entities). false: the NER's entities only.
     """
 
     resolve_abbreviations: bool = True
@@ -47,6 +52,7 @@ class PipeSettings:
     batch_size: int = 256
     attributes: Dict[str, str] = field(default_factory=lambda: dict(ATTRIBUTES))
     parenthetical_labels: List[str] = field(default_factory=lambda: ["Chemical"])
+    short_form_entities: bool = True
 
     def __post_init__(self) -> None:
         check_settings(self)

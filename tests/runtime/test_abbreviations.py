@@ -372,3 +372,39 @@ def test_an_entity_widens_to_the_long_form_it_heads(text, entity, short, long_fo
     ents = [doc.char_span(start, start + len(entity), label="Chemical")]
     form = doc.char_span(text.index(long_form), text.index(long_form) + len(long_form))
     assert [e.text for e in follow_long_forms(ents, {short: form})] == [expected]
+
+
+def _entities(doc, *spans):
+    return [doc.char_span(doc.text.index(text), doc.text.index(text) + len(text), label=label) for text, label in spans]
+
+
+def test_a_short_form_of_an_entity_becomes_an_entity_wherever_the_text_uses_it():
+    from spacy_sapbert.mentions.abbreviations import short_form_entities
+
+    doc = spacy.blank("en")("Grape seed extract (GSPE) was given; GSPE-treated rats and gspe aside, GSPE helped.")
+    ents = _entities(doc, ("Grape seed extract", "Chemical"))
+    form = ents[0]
+    got = short_form_entities(ents, {"GSPE": doc[form.start:form.end]})
+    starts = [i for i, token in enumerate(doc) if token.text == "GSPE"]
+    assert [(e.start, e.text, e.label_) for e in got] == [(0, "Grape seed extract", "Chemical")] + [
+        (i, "GSPE", "Chemical") for i in starts]  # as written: "gspe" is not the short form
+
+
+def test_a_short_form_whose_long_form_only_begins_an_entity_stays_untagged():
+    from spacy_sapbert.mentions.abbreviations import short_form_entities
+
+    doc = spacy.blank("en")("glucose-6-phosphate dehydrogenase (G6PD) deficiency; G6PD activity was low.")
+    ents = _entities(doc, ("glucose-6-phosphate dehydrogenase (G6PD) deficiency", "Disease"))
+    long_form = doc.char_span(0, len("glucose-6-phosphate dehydrogenase"))
+    assert short_form_entities(ents, {"G6PD": long_form}) == ents
+
+
+def test_a_short_form_tagged_where_defined_is_tagged_again_but_never_over_another_entity():
+    from spacy_sapbert.mentions.abbreviations import short_form_entities
+
+    doc = spacy.blank("en")("acute renal failure (ARF) follows; ARF recurs; ARF syndrome too.")
+    arf = [i for i, token in enumerate(doc) if token.text == "ARF"]
+    ents = [spacy.tokens.Span(doc, arf[0], arf[0] + 1, label="Disease"),
+            spacy.tokens.Span(doc, arf[2], arf[2] + 2, label="Disease")]  # "ARF syndrome"
+    got = short_form_entities(ents, {"ARF": doc[0:3]})
+    assert [(e.start, e.text) for e in got] == [(arf[0], "ARF"), (arf[1], "ARF"), (arf[2], "ARF syndrome")]

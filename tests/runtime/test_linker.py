@@ -105,6 +105,23 @@ def test_entities_follow_long_forms(tiny_model, tiny_index_dir, serializable):
     assert doc.ents[-1]._.cui == "D008687"
 
 
+def test_a_short_form_the_ner_missed_is_linked_as_its_long_form(tiny_model, tiny_index_dir):
+    """The NER tagged the long form only: the short form's later uses become entities of its
+    label and link to its concept; short_form_entities false keeps the NER's entities."""
+    import scispacy.abbreviation  # noqa: F401
+
+    text = "Patients with non-insulin-dependent diabetes mellitus (NIDDM) took metformin; NIDDM recurred."
+    for on, expected in [(True, ["non-insulin-dependent diabetes mellitus", "NIDDM", "metformin", "NIDDM"]),
+                         (False, ["non-insulin-dependent diabetes mellitus", "metformin"])]:
+        nlp = ruler_nlp([("Disease", "non-insulin-dependent diabetes mellitus"), ("Chemical", "metformin")])
+        nlp.add_pipe("abbreviation_detector")
+        nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
+                                               "threshold": 0.0, "short_form_entities": on})
+        doc = nlp(text)
+        assert [e.text for e in doc.ents] == expected
+        assert {e._.cui for e in doc.ents if e.label_ == "Disease"} == {"D003924"}
+
+
 def test_expand_abbreviations_whole_words_only():
     abbreviations = {"ARF": "acute renal failure", "DM": "diabetes mellitus"}
     assert expand_abbreviations("ARF", abbreviations) == "acute renal failure"
