@@ -5,6 +5,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,27 @@ def test_the_cache_follows_the_platform_after_the_environment(tmp_path, monkeypa
     assert cache_module.cache_dir() == tmp_path / "xdg" / "spacy-sapbert"
     monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "mine"))
     assert cache_module.cache_dir() == tmp_path / "mine"
+
+
+def test_an_unchanged_file_is_hashed_once_and_a_changed_one_again(cache, tmp_path, monkeypatch):
+    """damaged_record remembers files whose checksum matched (size, mtime, inode), so a load
+    does not hash an unchanged index again; a file written since, even to the same size, is
+    hashed and its damage found."""
+    import os
+
+    from spacy_sapbert.cache import damaged_record, file_records
+
+    folder = tmp_path / "index"
+    folder.mkdir()
+    (folder / "codes.bin").write_bytes(b"0123456789")
+    records = file_records(folder, ["codes.bin"])
+    old = time.time_ns() - 10**10  # written long enough ago for its time stamp to tell a change
+    os.utime(folder / "codes.bin", ns=(old, old))
+    hashed = []
+    real = cache_module.file_sha256
+    monkeypatch.setattr(cache_module, "file_sha256", lambda path: hashed.append(path) or real(path))
+    assert damaged_record(folder, records) is None and damaged_record(folder, records) is None
+    assert len(hashed) == 1
+    (folder / "codes.bin").write_bytes(b"0123456780")  # same size, other bytes
+    assert damaged_record(folder, records) == (folder / "codes.bin", "checksum")
+    assert len(hashed) == 2

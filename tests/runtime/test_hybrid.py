@@ -110,7 +110,7 @@ def test_the_fitted_state_is_cached_per_index_and_refitted_when_unreadable(tiny_
     cached = HybridRescorer.for_index(index, 0.5, cache=tmp_path)
     for rescorer in (first, cached):
         assert np.array_equal(rescorer.for_texts(texts)(first_text, rows, cosines), fitted)
-    (state / "names.npz").write_bytes(b"not a matrix")
+    (state / "counts.npy").write_bytes(b"not an array")
     del index.row_names
     healed = HybridRescorer.for_index(index, 0.5, cache=tmp_path)
     assert np.array_equal(healed.for_texts(texts)(first_text, rows, cosines), fitted)
@@ -155,3 +155,19 @@ def test_the_pipe_takes_the_weight_the_model_records(tiny_model, tiny_index_dir,
     assert all(s == pytest.approx(1.0, abs=1e-5) for _, s in hybrid)
     others = [ent._.kb_ents[1][1] for ent in nlp(text).ents], [ent._.kb_ents[1][1] for ent in dense_nlp(text).ents]
     assert others[0] != pytest.approx(others[1])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text(alphabet="aAbé -(x)12Zz", min_size=1, max_size=40).filter(lambda text: text.split()), min_size=1,
+                max_size=20), st.lists(st.integers(min_value=0, max_value=19), max_size=30))
+def test_rows_made_from_the_counts_are_the_fitted_vectors_bit_for_bit(names, rows):
+    """The state keeps n-gram counts and row norms; the rows a search hits are made from them,
+    bit for bit, stored order included, as fit_char_tfidf's vectors (the rescore's sums follow it)."""
+    from spacy_sapbert.ranking.hybrid import fit_char_counts
+
+    rows = np.array([r % len(names) for r in rows], dtype=np.int64)
+    _, _, vectors = fit_char_tfidf(names)
+    _, _, counts = fit_char_counts(names)
+    made, expected = counts.vectors(rows), vectors[rows]
+    for a, b in ((made.indptr, expected.indptr), (made.indices, expected.indices), (made.data, expected.data)):
+        assert np.array_equal(a, b) and a.dtype == b.dtype

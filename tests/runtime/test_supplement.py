@@ -173,3 +173,13 @@ def test_a_supplemented_index_pickles_into_another_process(tiny_model, supplemen
     path.write_bytes(pickle.dumps(pipe.generator.index))
     code = f"import pickle; index = pickle.load(open({str(path)!r}, 'rb')); assert index.resolve_id({ASPIRIN!r}) == {ASPIRIN!r}"
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONHASHSEED": "12345", "PATH": ""})
+
+
+def test_packed_ids_find_their_positions_stored_in_any_order():
+    from spacy_sapbert.search.supplement import PackedIds
+
+    for ids in (["C000002", "C000006", "D066257"], ["MONDO:0005148", "C000006", "é-12", "C000002"], []):
+        packed = PackedIds(ids)
+        assert list(packed) == ids and len(packed) == len(ids) and packed[:2] == ids[:2]
+        assert [packed.position(i) for i in ids] == list(range(len(ids)))
+        assert packed.position("C000003") is None and packed.position("ZZZ") is None and packed.position("") is None
