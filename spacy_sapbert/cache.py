@@ -188,16 +188,16 @@ def file_records(folder: Path, names: Iterable[str]) -> Dict[str, dict]:
     return {name: {"bytes": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)} for name in names}
 
 
-# Files whose checksum matched, by path: (size, mtime, inode, sha256), kept in the cache folder, so
-# that a load does not hash an unchanged index again (0.3 s of the bundled pipe's cold start).
+# Files whose checksum matched, by path: their size, times, inode, device and sha256, kept in the
+# cache folder, so that a load does not hash an unchanged index again (0.3 s of a cold start).
 VERIFIED_FILE = "verified.json"
 
 
 def damaged_record(folder: Path, records: Dict[str, dict]) -> Optional[Tuple[Path, str]]:
     """The first file `records` (from file_records) names that is "missing", of another "size"
     or of another "checksum", with which; None when every one matches. A file whose size,
-    modification time and inode are those it had when its checksum last matched is not hashed
-    again."""
+    modification and change times, inode and device are those it had when its checksum last
+    matched is not hashed again."""
     verified = _verified()
     added = {}
     for name, expected in records.items():
@@ -207,12 +207,14 @@ def damaged_record(folder: Path, records: Dict[str, dict]) -> Optional[Tuple[Pat
         stat = file.stat()
         if not isinstance(expected, dict) or stat.st_size != expected.get("bytes"):
             return file, "size"
-        key, seen = str(file.resolve()), [stat.st_size, stat.st_mtime_ns, stat.st_ino, expected.get("sha256")]
+        # The change time too: a copy that sets the modification time back cannot set it back.
+        key = str(file.resolve())
+        seen = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev, expected.get("sha256")]
         if verified.get(key) == seen:
             continue
         if file_sha256(file) != expected.get("sha256"):
             return file, "checksum"
-        if time.time_ns() - stat.st_mtime_ns > 2e9:  # a file written within the clock's tick could change unseen
+        if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > 2e9:  # a change within the clock's tick could hide
             added[key] = seen
     if added:
         _remember_verified(added)
@@ -237,11 +239,17 @@ def _remember_verified(added: Dict[str, list]) -> None:
         import json
 
         folder = cache_dir()
-        stored = _verified()
+        stored = {path: seen for path, seen in _verified().items() if os.path.exists(path)}
         stored.update(added)
         handle, staging = tempfile.mkstemp(dir=folder, prefix=f".{VERIFIED_FILE}-")
+    except (OSError, ResourceError):
+        return
+    try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             json.dump(stored, out)
         os.replace(staging, folder / VERIFIED_FILE)
-    except (OSError, ResourceError):
+    except OSError:
         pass
+    finally:
+        if os.path.exists(staging):
+            os.unlink(staging)

@@ -155,7 +155,7 @@ class HybridRescorer:
             self.vocabulary: Dict[str, int] = json.loads((state / "vocabulary.json").read_text(encoding="utf-8"))
             self.idf = np.load(state / "idf.npy")
             # Memory-mapped: only the pages of names a search hits become resident, and processes
-            # share them.
+            # that map the same state (forked workers, other pipelines) share them.
             arrays = [np.load(state / f"{part}.npy", mmap_mode="r") for part in NameCounts.ARRAYS]
             self.names = NameCounts(*arrays, idf=self.idf)
             if len(self.vocabulary) != len(self.idf):

@@ -4,8 +4,9 @@ import hashlib
 import json
 import logging
 import re
+import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -88,7 +89,8 @@ def check_label_types(mapping, where: str) -> Dict[str, List[str]]:
 
 def verify_files(path: Path, meta: dict) -> Optional[str]:
     """Why the files of the index at `path` do not match the sizes and checksums its meta.json
-    records (one sentence), or None when every one does."""
+    records (one sentence), or None when every one does (or is unchanged since it last did:
+    cache.damaged_record)."""
     files = meta.get("files")
     if not isinstance(files, dict) or not files:
         return (f"{path / META_FILE} records no file checksums, so its files cannot be checked; "
@@ -109,17 +111,22 @@ def verify_files(path: Path, meta: dict) -> Optional[str]:
 
 
 _BLAS: list = []  # the process's BLAS thread pools (threadpoolctl), found once
+_BLAS_LOCK = threading.Lock()  # the limit is the process's: one block at a time sets and restores it
 
 
+@contextmanager
 def _blas_threads(threads: int):
-    """numpy's BLAS on `threads` threads while in the block: a few queries' projection took
-    0.3 ms on one thread and 3 to 8 on two, whose threads wake for 3 rows (a document's). Each
-    product is the same on any number of threads, bit for bit."""
-    if not _BLAS:
-        from threadpoolctl import ThreadpoolController
+    """numpy's BLAS on `threads` threads while in the block (one thread's block at a time): a
+    few queries' projection took 0.3 ms on one thread and 3 to 8 on two, whose threads wake
+    for 3 rows (a document's). OpenBLAS gives each product the same on any number of threads,
+    bit for bit (its threads split the rows and columns, not the sums)."""
+    with _BLAS_LOCK:
+        if not _BLAS:
+            from threadpoolctl import ThreadpoolController
 
-        _BLAS.append(ThreadpoolController())
-    return _BLAS[0].limit(limits=threads, user_api="blas")
+            _BLAS.append(ThreadpoolController())
+        with _BLAS[0].limit(limits=threads, user_api="blas"):
+            yield
 
 
 class ConceptIndex:
@@ -531,7 +538,7 @@ class ConceptIndex:
         kb_file = KB_FILE_GZ if compress_kb else KB_FILE
         write_jsonl(self.kb, path / kb_file)
         alternatives = self.kb.alternative_ids()
-        concepts = {"concept_ids": self.concept_ids,
+        concepts = {"concept_ids": list(self.concept_ids),
                     "types": [list(self.concept_types(i)) for i in range(len(self.concept_ids))],
                     # What resolve_id reads without the KB: each alternative id and its concept's position.
                     "alt_ids": list(alternatives),

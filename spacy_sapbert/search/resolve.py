@@ -81,7 +81,7 @@ def _index_matches(path: Path, fingerprint: str) -> bool:
 
 def _cached_index_intact(path: Path, fingerprint: str) -> bool:
     """Whether the cached index at `path` was built for `fingerprint` and every file still
-    matches its checksum."""
+    matches its checksum (or is unchanged since it last did)."""
     if not _index_matches(path, fingerprint):
         return False
     from .index import verify_files

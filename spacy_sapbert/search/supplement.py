@@ -47,7 +47,7 @@ def save_supplement(index: ConceptIndex, path: Union[str, Path]) -> Path:
     # that makes no list per concept.
     sets: dict = {}
     which = [sets.setdefault(tuple(index.concept_types(i)), len(sets)) for i in range(len(index.concept_ids))]
-    concepts = {"concept_ids": index.concept_ids, "type_sets": [list(t) for t in sets], "type_set": which}
+    concepts = {"concept_ids": list(index.concept_ids), "type_sets": [list(t) for t in sets], "type_set": which}
     (path / CONCEPTS_FILE).write_text(json.dumps(concepts, ensure_ascii=False, separators=(",", ":")) + "\n",
                                       encoding="utf-8")
     with open(path / NAMES_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
@@ -85,7 +85,10 @@ class PackedIds(Sequence):
     the bundled supplement's 253k ids, where a list of str took 18 and a load made each."""
 
     def __init__(self, ids: Sequence[str]):
-        self._ids = np.array([concept_id.encode("utf-8") for concept_id in ids], dtype=np.bytes_)
+        encoded = [concept_id.encode("utf-8") for concept_id in ids]
+        if any(concept_id.endswith(b"\0") for concept_id in encoded):  # numpy's bytes drop trailing NULs
+            raise ConceptIndexError("A concept id of the supplement ends in a NUL character; rebuild it with clean ids.")
+        self._ids = np.array(encoded, dtype=np.bytes_)
         self._order: Optional[np.ndarray] = None  # positions in id order, when not stored sorted
         if len(self._ids) > 1 and not (self._ids[1:] > self._ids[:-1]).all():
             self._order = np.argsort(self._ids, kind="stable")
