@@ -68,9 +68,11 @@ def make_venvs(folder: Path) -> dict:
                 subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", dist, str(ROOT),
                                 str(ROOT / "dists" / "index")], check=True)
                 wheels = [str(wheel) for wheel in sorted(Path(dist).glob("*.whl"))]
-                again = ["--no-deps", "--force-reinstall"] if made else []
-                subprocess.run([str(python), "-m", "pip", "install", "--quiet", *again, "-c",
-                                str(ROOT / "requirements.txt"), *wheels], check=True)
+                if made:  # this checkout's wheels over the last ones, then any dependency they added
+                    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",
+                                    *wheels], check=True)
+                subprocess.run([str(python), "-m", "pip", "install", "--quiet", "-c", str(ROOT / "requirements.txt"),
+                                *wheels], check=True)
         (venv / ".ready").touch()
         pythons[system] = str(python)
     return pythons
