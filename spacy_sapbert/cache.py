@@ -2,6 +2,7 @@
 lock around builds that two processes may start, and the file records (sizes and sha256) by
 which an index, an ONNX export, a cached state or a checkpoint tells a damaged file."""
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -223,8 +224,6 @@ def damaged_record(folder: Path, records: Dict[str, dict]) -> Optional[Tuple[Pat
 
 def _verified() -> Dict[str, list]:
     try:
-        import json
-
         with open(cache_dir() / VERIFIED_FILE, encoding="utf-8") as handle:
             stored = json.load(handle)
         return stored if isinstance(stored, dict) else {}
@@ -236,8 +235,6 @@ def _remember_verified(added: Dict[str, list]) -> None:
     """Add `added` to the record of verified files (best effort: one written in one rename, so a
     reader never sees half of it; an unwritable cache only means hashing again)."""
     try:
-        import json
-
         folder = cache_dir()
         stored = {path: seen for path, seen in _verified().items() if os.path.exists(path)}
         stored.update(added)

@@ -59,11 +59,10 @@ class NameCounts:
         self.idf, self.norms = idf, norms
         self.matrix = scipy.sparse.csr_matrix((counts, columns, pointers), shape=(len(norms), len(idf)))
 
-    def __getattr__(self, name: str):  # the arrays save writes
-        if name in ("counts", "columns", "pointers"):
-            matrix = self.__dict__["matrix"]
-            return {"counts": matrix.data, "columns": matrix.indices, "pointers": matrix.indptr}[name]
-        raise AttributeError(name)
+    def arrays(self) -> Dict[str, np.ndarray]:
+        """The arrays HybridRescorer.save writes, by their names in ARRAYS."""
+        matrix = self.matrix
+        return {"counts": matrix.data, "columns": matrix.indices, "pointers": matrix.indptr, "norms": self.norms}
 
     @property
     def shape(self) -> Tuple[int, int]:
@@ -172,8 +171,8 @@ class HybridRescorer:
         """Write the fitted state (vocabulary, idf, NameCounts) for HybridRescorer(None, w, folder)."""
         (folder / "vocabulary.json").write_text(json.dumps(self.vocabulary, ensure_ascii=False), encoding="utf-8")
         np.save(folder / "idf.npy", self.idf)
-        for part in NameCounts.ARRAYS:
-            np.save(folder / f"{part}.npy", getattr(self.names, part))
+        for part, array in self.names.arrays().items():
+            np.save(folder / f"{part}.npy", array)
         from ..cache import file_records
 
         (folder / "files.json").write_text(json.dumps(file_records(folder, STATE_FILES), indent=2))

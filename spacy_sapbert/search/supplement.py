@@ -101,8 +101,9 @@ class PackedIds(Sequence):
             return [item.decode("utf-8") for item in self._ids[position].tolist()]
         return self._ids[position].decode("utf-8")
 
-    def encoded(self, positions: np.ndarray) -> np.ndarray:
-        return self._ids[positions]
+    def encoded(self) -> np.ndarray:
+        """The ids as stored (utf-8, in their order), for `positions` of another PackedIds."""
+        return self._ids
 
     def positions(self, ids: np.ndarray) -> np.ndarray:
         """The position of each of `ids` (encoded: a bytes array), -1 for those not held."""
@@ -168,7 +169,7 @@ class SupplementedIndex:
         packed = PackedIds(supplement.concept_ids)
         supplement.concept_ids = packed
         main_ids = PackedIds(main.concept_ids)
-        position = main_ids.positions(packed.encoded(np.arange(len(packed))))
+        position = main_ids.positions(packed.encoded())
         new = np.flatnonzero(position < 0)
         self._n_main = len(main.concept_ids)
         position[new] = self._n_main + np.arange(len(new))
