@@ -44,7 +44,9 @@ def _data_lines(record: dict) -> List[str]:
             f"- Pairs: {record.get('n_pairs', '?')} synonym pairs of {record.get('n_concepts', '?')} concepts "
             f"(`{Path(str(record.get('pairs', '?'))).name}`, sha256 {str(record.get('pairs_sha256', '?'))[:12]}…)",
         ]
-    marginal = record.get("config", {}).get("objective", {}).get("marginal", {})
+    objective = record.get("config", {}).get("objective", {})
+    # Records written before [objective] had parts keep tau and identity_weight at its top.
+    marginal = {**objective, **objective.get("marginal", {})}
     teacher = record.get("teacher") or {}
     lines = [
         "A biomedical mention encoder for `sapbert_linker`, trained on the query side only with BioSyn's "
