@@ -6,7 +6,9 @@ The two corpora annotate differently: BC5CDR marks diseases and chemicals, NCBI-
 diseases. So in an NCBI-disease document the tokens of a chemical name the bundled index knows
 (its MeSH D-tree names, case-insensitive; none inside a disease mention) are left missing: the
 NER learns neither "chemical" nor "outside" from them; every other token outside a disease
-mention is outside. Both corpora's diseases share one label.
+mention is outside. Both corpora's diseases share one label. The NER reads, beside each word,
+which tokens are names of the bundled index (`sapbert_gazetteer`, configs/ner.cfg), so the index
+package must be installed where it is trained.
 
     python -m spacy_sapbert_training.ner convert --output-dir corpus/ner [--held-out-fold 0]
 """
@@ -22,6 +24,7 @@ from spacy.tokens import Doc, DocBin
 from wasabi import msg
 
 from spacy_sapbert.pipe.bundled import DEMO_NER
+from spacy_sapbert.pipe.gazetteer import CHEMICAL_TREES
 from spacy_sapbert.pipe.tokenization import biomedical_tokens
 
 from .data.datasets import Corpus, read_pubtator
@@ -49,11 +52,6 @@ class ConversionStats(Tally):
         )
 
 
-# The MeSH D branches whose names BC5CDR marks as chemicals: inorganic, organic, heterocyclic and
-# polycyclic compounds, hormones, carbohydrates, lipids, amino acids, materials, mixtures and drugs
-# by action; not enzymes, proteins, peptides, nucleic acids or biological factors (D08, D12.644,
-# D12.776, D13, D23), which it leaves unmarked as NCBI-disease does.
-CHEMICAL_TREES = ("D01", "D02", "D03", "D04", "D06", "D09", "D10", "D12.125", "D20", "D25", "D26", "D27")
 
 
 def chemical_matcher(nlp):
@@ -203,12 +201,14 @@ def bundle_command(
         # the spaCy releases setup.cfg allows, each tested (CI runs the runtime tests at the floors)
         "spacy_version": ">=3.7.5,<3.9.0",
         "description": "Disease and Chemical mentions in PubMed-style text: a CPU tok2vec + NER trained on "
-                       "BC5CDR and NCBI-disease train (spacy_sapbert_training.ner).",
+                       "BC5CDR and NCBI-disease train (spacy_sapbert_training.ner)"
+                       + (", reading which tokens are ontology names (sapbert_gazetteer)." if "sapbert_gazetteer" in nlp.pipe_names else "."),
         "sources": [{"name": "BC5CDR (BioCreative V CDR) train", "url": "https://biocreative.bioinformatics.udel.edu/",
                      "license": "BioCreative research licence"},
                     {"name": "NCBI-disease train", "url": "https://www.ncbi.nlm.nih.gov/CBBresearch/Dogan/DISEASE/",
                      "license": "public domain"},
-                    {"name": "MeSH (chemical names left unannotated in NCBI-disease)", "license": "NLM terms"}],
+                    {"name": "MeSH (chemical names left unannotated in NCBI-disease; with MONDO and the drug names "
+                             "of drug-named-entity-recognition, the gazetteer's names)", "license": "NLM terms"}],
         # what evaluate --end-to-end measured (span P/R/F1 per corpus, split and label), not spaCy's own dev scoring
         "performance": {f"{m['dataset']} {m['split']}": m["span"] for m in (json.loads(p.read_text()) for p in metrics)},
     })
