@@ -16,7 +16,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import srsly
-from spacy.attrs import LOWER
+from spacy.attrs import LOWER, TAG
 from spacy.language import Language
 from spacy.tokens import Doc
 
@@ -28,6 +28,8 @@ CHEMICAL_TREES = ("D01", "D02", "D03", "D04", "D06", "D09", "D10", "D12.125", "D
 # One bit for each source of names, in tag order.
 SOURCES = ("disease", "chemical", "other-chemical", "supplement")
 _MIX = np.uint64(0x9E3779B97F4A7C15)
+# Every tag, indexed by its code (`Gazetteer.codes`).
+TAGS = ["".join("-IB"[code // 3 ** k % 3] for k in range(len(SOURCES))) for code in range(3 ** len(SOURCES))]
 
 
 def _ngram_hashes(lower: np.ndarray, length: int) -> np.ndarray:
@@ -68,29 +70,34 @@ class Gazetteer:
         bits = np.fromiter(table.values(), dtype=np.uint8, count=len(table))
         return cls(keys[order], bits[order], max_tokens)
 
-    def tags(self, doc: Doc) -> List[str]:
-        """Each token's tag: for each source, "B", "I" or "-", from that source's names matched
-        left to right, the longest first (a name inside a longer one is no name of its own)."""
+    def codes(self, doc: Doc) -> np.ndarray:
+        """Each token's tag as a number: digit k (base 3) is 2 where a name of source k begins,
+        1 inside one, 0 neither, from that source's names matched left to right, the longest
+        first (a name inside a longer one is no name of its own)."""
         n = len(doc)
+        codes = np.zeros(n, dtype=np.int64)
+        if not n or not len(self.hashes):
+            return codes
+        lower = doc.to_array(LOWER).astype(np.uint64)
         matches = []
-        if n and len(self.hashes):
-            lower = doc.to_array(LOWER).astype(np.uint64)
-            for length in range(1, min(self.max_tokens, n) + 1):
-                grams = _ngram_hashes(lower, length)
-                where = np.minimum(np.searchsorted(self.hashes, grams), len(self.hashes) - 1)
-                for start in np.flatnonzero(self.hashes[where] == grams).tolist():
-                    matches.append((start, -length, int(self.bits[where[start]])))
+        for length in range(1, min(self.max_tokens, n) + 1):
+            grams = _ngram_hashes(lower, length)
+            where = np.minimum(np.searchsorted(self.hashes, grams), len(self.hashes) - 1)
+            for start in np.flatnonzero(self.hashes[where] == grams).tolist():
+                matches.append((start, -length, int(self.bits[where[start]])))
         matches.sort()
-        tags = [["-"] * len(SOURCES) for _ in range(n)]
         for k in range(len(SOURCES)):
             free = 0
             for start, negative_length, bits in matches:
                 if start >= free and bits >> k & 1:
                     free = start - negative_length
-                    tags[start][k] = "B"
-                    for i in range(start + 1, free):
-                        tags[i][k] = "I"
-        return ["".join(tag) for tag in tags]
+                    codes[start] += 2 * 3 ** k
+                    codes[start + 1: free] += 3 ** k
+        return codes
+
+    def tags(self, doc: Doc) -> List[str]:
+        """Each token's tag: for each source, "B", "I" or "-" (see `codes`)."""
+        return [TAGS[code] for code in self.codes(doc).tolist()]
 
     def to_disk(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
@@ -146,10 +153,13 @@ class GazetteerTags:
         self.nlp = nlp
         self.name = name
         self.gazetteer = Gazetteer(max_tokens=max_tokens)
+        self._tag_ids: Optional[np.ndarray] = None
 
     def __call__(self, doc: Doc) -> Doc:
-        for token, tag in zip(doc, self.gazetteer.tags(doc)):
-            token.tag_ = tag
+        if len(doc):
+            if self._tag_ids is None:
+                self._tag_ids = np.asarray([self.nlp.vocab.strings.add(tag) for tag in TAGS], dtype=np.uint64)
+            doc.from_array([TAG], self._tag_ids[self.gazetteer.codes(doc)].reshape(-1, 1))
         return doc
 
     def initialize(self, get_examples=None, nlp: Optional[Language] = None) -> None:
