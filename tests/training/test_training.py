@@ -258,6 +258,7 @@ def run_script(*args):
                           capture_output=True, text=True, env=env, cwd=REPO)
 
 
+@pytest.mark.slow  # 50 s on 2 cores: test_a_run_trained_in_timed_slices_ends_as_an_uninterrupted_one checks resuming in the fast suite
 def test_a_run_killed_with_sigkill_resumes_to_the_same_weights(tiny_model, tiny_pairs, tmp_path):
     from safetensors.torch import load_file
 
