@@ -113,12 +113,11 @@ class Gazetteer:
 
 def bundled_names() -> Iterable[Tuple[str, int]]:
     """(name, source) pairs of the bundled index's KB and its supplement's names."""
-    import gzip
-
     from spacy.lang.en.stop_words import STOP_WORDS
 
     from ..assets import BUNDLED_INDEX
     from ..kb.bundled import default_kb
+    from ..search.supplement import NAMES_FILE, SUPPLEMENT_DIR, RowNames
 
     kb, label_types = default_kb()
 
@@ -137,13 +136,12 @@ def bundled_names() -> Iterable[Tuple[str, int]]:
         for name in concept.names:
             if keep(name):
                 yield name, source
-    supplement = BUNDLED_INDEX / "supplement" / "names.txt.gz"
+    supplement = BUNDLED_INDEX / SUPPLEMENT_DIR / NAMES_FILE
     if supplement.exists():
-        with gzip.open(supplement, "rt", encoding="utf-8") as lines:
-            for line in lines:
-                name = line.rstrip("\n")
-                if keep(name):
-                    yield name, 3
+        names = RowNames(supplement)
+        for row in range(len(names)):
+            if keep(names[row]):
+                yield names[row], 3
 
 
 class GazetteerTags:
@@ -157,6 +155,8 @@ class GazetteerTags:
 
     def __call__(self, doc: Doc) -> Doc:
         if len(doc):
+            # Added at the first document, not in __init__: loading a pipeline resets its string
+            # store after the components are made, and a tag must be in it for token.tag_.
             if self._tag_ids is None:
                 self._tag_ids = np.asarray([self.nlp.vocab.strings.add(tag) for tag in TAGS], dtype=np.uint64)
             doc.from_array([TAG], self._tag_ids[self.gazetteer.codes(doc)].reshape(-1, 1))

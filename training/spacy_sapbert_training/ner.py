@@ -52,8 +52,6 @@ class ConversionStats(Tally):
         )
 
 
-
-
 def chemical_matcher(nlp):
     """A PhraseMatcher (lower case) of the bundled index's chemical names (CHEMICAL_TREES), of
     four characters or more, for the chemicals a disease-only corpus leaves unmarked."""
