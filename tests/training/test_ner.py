@@ -4,7 +4,7 @@ from spacy.tokens import DocBin
 
 from spacy_sapbert.pipe.tokenization import biomedical_tokens
 from spacy_sapbert_training.data.datasets import read_pubtator
-from spacy_sapbert_training.ner import ConversionStats, convert, corpus_docs
+from spacy_sapbert_training.ner import ConversionStats, convert, corpus_docs, replace_mentions
 
 TEXT_T = "Cisplatin-induced nephrotoxicity"
 TEXT_A = "Rats got cisplatin and aminoCAT; renal failure followed. NTG (NTG)-induced pain."
@@ -75,6 +75,24 @@ def test_a_disease_only_corpus_leaves_the_chemicals_it_does_not_mark_missing(tmp
     assert [(e.text, e.label_) for e in doc.ents] == [("hereditary haemochromatosis", "Disease"), ("haemochromatosis", "Disease")]
     assert [t.text for t in doc if t.ent_iob == 0] == ["Iron", "iron"]
     assert doc[1].ent_iob_ == "O" and stats.missing == 2
+
+
+def test_mention_replacement_swaps_names_and_keeps_what_is_missing(tmp_path):
+    path = tmp_path / "ncbi.txt"
+    path.write_text(NCBI)
+    nlp = biomedical_tokens(spacy.blank("en"))
+    (doc,) = corpus_docs(read_pubtator(path, keep_unlinkable=True), nlp, ConversionStats(), ("Disease",))
+    missing = doc[2:3]  # "and": as if a chemical name the corpus leaves unmarked
+    doc.set_ents(list(doc.ents), missing=[missing], default="unmodified")
+    pools = {"Disease": [(["long", "QT", "syndrome"], [True, True, False])]}
+    (copy,) = replace_mentions([doc], pools, 1.0)
+    assert [(e.text, e.label_) for e in copy.ents] == [("long QT syndrome", "Disease")] * 2
+    assert copy.text.startswith("Iron overload and long QT syndrome") and copy.text.endswith("long QT syndrome.")
+    assert [t.ent_iob_ for t in copy if t.text == "and"] == [""]  # still missing, not "outside"
+    assert [(e.text, e.label_) for e in replace_mentions([doc], pools, 0.0)[0].ents] == [(e.text, e.label_) for e in doc.ents]
+    # the same seed, the same copies
+    pools["Disease"].append((["asthma"], [False]))
+    assert [d.text for d in replace_mentions([doc] * 4, pools, 0.5, seed=3)] == [d.text for d in replace_mentions([doc] * 4, pools, 0.5, seed=3)]
 
 
 def test_the_bundled_ner_loads_and_finds_diseases_and_chemicals():

@@ -10,10 +10,11 @@ mention is outside. Both corpora's diseases share one label. The NER reads, besi
 which tokens are names of the bundled index (`sapbert_gazetteer`, configs/ner.cfg), so the index
 package must be installed where it is trained.
 
-    python -m spacy_sapbert_training.ner convert --output-dir corpus/ner [--held-out-fold 0]
+    python -m spacy_sapbert_training.ner convert --output-dir corpus/ner [--held-out-fold 0] [--replace-mentions 0.5]
 """
 import json
 import logging
+import random
 import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -110,14 +111,75 @@ def corpus_docs(corpus: Corpus, nlp, stats: ConversionStats, labels: Tuple[str, 
     return docs
 
 
+def name_pools(nlp, labels: Sequence[str]) -> Dict[str, List[Tuple[List[str], List[bool]]]]:
+    """For each of `labels`, the bundled index's names a replaced mention of that label draws
+    from, as nlp's tokens (words, spaces), the gazetteer's sources (pipe.gazetteer): diseases
+    its disease names, chemicals its names of CHEMICAL_TREES; names of one to six words."""
+    from spacy_sapbert.pipe.gazetteer import bundled_names
+
+    source_of = {"Disease": 0, "Chemical": 1}
+    unknown = [label for label in labels if label not in source_of]
+    if unknown:
+        raise ValueError(f"--replace-labels names {', '.join(unknown)}; mentions of {', '.join(source_of)} can be replaced.")
+    wanted = {source_of[label]: label for label in labels}
+    texts: Dict[str, List[str]] = {label: [] for label in labels}
+    for name, source in bundled_names():
+        if source in wanted and 1 <= len(name.split()) <= 6:
+            texts[wanted[source]].append(name)
+    return {label: [([t.text for t in doc], [bool(t.whitespace_) for t in doc]) for doc in nlp.tokenizer.pipe(sorted(names))]
+            for label, names in texts.items()}
+
+
+def replace_mentions(docs: Sequence[Doc], pools: Dict[str, List[Tuple[List[str], List[bool]]]],
+                     probability: float, seed: int = 0) -> List[Doc]:
+    """A copy of each document whose entities of the pools' labels are each replaced, with
+    `probability`, by a name drawn from that label's pool (mention replacement): the NER sees
+    the contexts of the corpus around names it never saw annotated, and learns more from the
+    gazetteer's tags than from the words it memorised. Tokens left missing stay missing; the
+    same seed gives the same copies."""
+    rng = random.Random(seed)
+    copies = []
+    for doc in docs:
+        words: List[str] = []
+        spaces: List[bool] = []
+        tags: List[Optional[str]] = []
+        starts = {ent.start: ent for ent in doc.ents}
+        i = 0
+        while i < len(doc):
+            ent = starts.get(i)
+            if ent is None:
+                token = doc[i]
+                words.append(token.text)
+                spaces.append(bool(token.whitespace_))
+                tags.append("O" if token.ent_iob_ == "O" else None)
+                i += 1
+                continue
+            if ent.label_ in pools and rng.random() < probability:
+                new_words, new_spaces = rng.choice(pools[ent.label_])
+                new_spaces = [*new_spaces[:-1], bool(doc[ent.end - 1].whitespace_)]
+            else:
+                new_words, new_spaces = [t.text for t in ent], [bool(t.whitespace_) for t in ent]
+            words += new_words
+            spaces += new_spaces
+            tags += [f"B-{ent.label_}"] + [f"I-{ent.label_}"] * (len(new_words) - 1)
+            i = ent.end
+        copies.append(Doc(doc.vocab, words=words, spaces=spaces, ents=tags))
+    return copies
+
+
 def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr",),
-            held_out_fold: Optional[int] = None) -> List[Tuple[str, ConversionStats]]:
+            held_out_fold: Optional[int] = None, replace: float = 0.0,
+            replace_labels: Sequence[str] = ("Disease",), seed: int = 0) -> List[Tuple[str, ConversionStats]]:
     """Write train.spacy and dev.spacy from the corpora's PubTator files, and each corpus's
     dev documents apart (dev-CORPUS.spacy). held_out_fold: train.spacy holds the other train
     folds (protocol.train_fold's documents) and dev.spacy, dev-CORPUS.spacy that fold, where a
-    recipe is chosen before dev is read."""
+    recipe is chosen before dev is read. replace > 0: train.spacy also holds a copy of each train
+    document whose mentions of `replace_labels` are replaced with that probability by the
+    bundled index's names (replace_mentions)."""
     from .data.protocol import fold_split
 
+    if not 0 <= replace <= 1:
+        raise ValueError(f"--replace-mentions is {replace}; give a probability from 0 to 1.")
     # The tokens the NER trains on: its config's before_init gives its own tokenizer the same rules.
     nlp = biomedical_tokens(spacy.blank("en"))
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -147,6 +209,8 @@ def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr"
                 parts.setdefault("dev", []).extend(doc for _, doc in held)
                 parts[f"dev-{corpus_name}"] = [doc for _, doc in held]
             results.append((f"{corpus_name} {split}", stats))
+    if replace > 0:
+        parts["train"] = parts["train"] + replace_mentions(parts["train"], name_pools(nlp, replace_labels), replace, seed)
     for part, docs in parts.items():
         DocBin(docs=docs).to_disk(output_dir / f"{part}.spacy")
     return results
@@ -166,17 +230,23 @@ def convert_command(
     output_dir: Path = typer.Option(..., "--output-dir", help="Where train.spacy and dev.spacy go; keep it out of the repository."),
     corpora: str = typer.Option("bc5cdr,ncbi-disease", "--corpora", help="Comma-separated: bc5cdr, ncbi-disease."),
     held_out_fold: Optional[int] = typer.Option(None, "--held-out-fold", help="Train on the other train folds and write this one as dev.spacy (choosing a recipe); none: train and dev."),
+    replace: float = typer.Option(0.0, "--replace-mentions", help="Add a copy of each train document whose mentions are replaced, with this probability, by the bundled index's names; 0: none."),
+    replace_labels: str = typer.Option("Disease", "--replace-labels", help="Comma-separated labels whose mentions --replace-mentions replaces: Disease, Chemical."),
+    seed: int = typer.Option(0, "--seed", help="The replacements' random seed."),
 ):
     """Convert the corpora's train and dev for `spacy train`."""
     from .data.datasets import DEFAULT_DATA_DIR
 
     try:
         results = convert(data_dir or DEFAULT_DATA_DIR, output_dir, [c.strip() for c in corpora.split(",") if c.strip()],
-                          held_out_fold)
+                          held_out_fold, replace, [label.strip() for label in replace_labels.split(",") if label.strip()], seed)
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err), exits=1)
     for split, stats in results:
         msg.good(f"{split}: {stats.summary()}")
+    if replace > 0:
+        msg.good(f"train.spacy also holds a copy of each train document, its {replace_labels} mentions each replaced "
+                 f"with probability {replace} by a name of the bundled index.")
 
 
 @app.command("bundle")
