@@ -25,7 +25,7 @@ from spacy.tokens import Doc, DocBin
 from wasabi import msg
 
 from spacy_sapbert.pipe.bundled import DEMO_NER
-from spacy_sapbert.pipe.gazetteer import CHEMICAL_TREES
+from spacy_sapbert.pipe.gazetteer import CHEMICAL_TREES, SOURCES
 from spacy_sapbert.pipe.tokenization import biomedical_tokens
 
 from .data.datasets import Corpus, read_pubtator
@@ -111,13 +111,19 @@ def corpus_docs(corpus: Corpus, nlp, stats: ConversionStats, labels: Tuple[str, 
     return docs
 
 
+def _words(tokens) -> Tuple[List[str], List[bool]]:
+    """The texts of `tokens` (a Doc or Span) and whether each is followed by a space."""
+    return [token.text for token in tokens], [bool(token.whitespace_) for token in tokens]
+
+
 def name_pools(nlp, labels: Sequence[str]) -> Dict[str, List[Tuple[List[str], List[bool]]]]:
     """For each of `labels`, the bundled index's names a replaced mention of that label draws
     from, as nlp's tokens (words, spaces), the gazetteer's sources (pipe.gazetteer): diseases
     its disease names, chemicals its names of CHEMICAL_TREES; names of one to six words."""
     from spacy_sapbert.pipe.gazetteer import bundled_names
 
-    source_of = {"Disease": 0, "Chemical": 1}
+    # the gazetteer's source of each label's names: "disease", "chemical"
+    source_of = {label: SOURCES.index(label.lower()) for label in LABELS}
     unknown = [label for label in labels if label not in source_of]
     if unknown:
         raise ValueError(f"--replace-labels names {', '.join(unknown)}; mentions of {', '.join(source_of)} can be replaced.")
@@ -126,8 +132,7 @@ def name_pools(nlp, labels: Sequence[str]) -> Dict[str, List[Tuple[List[str], Li
     for name, source in bundled_names():
         if source in wanted and 1 <= len(name.split()) <= 6:
             texts[wanted[source]].append(name)
-    return {label: [([t.text for t in doc], [bool(t.whitespace_) for t in doc]) for doc in nlp.tokenizer.pipe(sorted(names))]
-            for label, names in texts.items()}
+    return {label: [_words(doc) for doc in nlp.tokenizer.pipe(sorted(names))] for label, names in texts.items()}
 
 
 def replace_mentions(docs: Sequence[Doc], pools: Dict[str, List[Tuple[List[str], List[bool]]]],
@@ -158,7 +163,7 @@ def replace_mentions(docs: Sequence[Doc], pools: Dict[str, List[Tuple[List[str],
                 new_words, new_spaces = rng.choice(pools[ent.label_])
                 new_spaces = [*new_spaces[:-1], bool(doc[ent.end - 1].whitespace_)]
             else:
-                new_words, new_spaces = [t.text for t in ent], [bool(t.whitespace_) for t in ent]
+                new_words, new_spaces = _words(ent)
             words += new_words
             spaces += new_spaces
             tags += [f"B-{ent.label_}"] + [f"I-{ent.label_}"] * (len(new_words) - 1)
