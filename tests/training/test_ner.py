@@ -1,4 +1,6 @@
 """BC5CDR → spaCy training docs for the demo NER: nothing lost silently."""
+import re
+
 import spacy
 from spacy.tokens import DocBin
 
@@ -49,6 +51,28 @@ def test_convert_writes_train_and_dev(tmp_path):
     docs = list(DocBin().from_disk(tmp_path / "out" / "train.spacy").get_docs(spacy.blank("en").vocab))
     assert len(docs) == 1 and len(docs[0].ents) == 5
     assert ("NTG", "Chemical") in {(e.text, e.label_) for e in docs[0].ents}
+
+
+def test_the_shipped_model_can_learn_dev_too_and_a_corpus_can_weigh_more(tmp_path):
+    import pytest
+
+    data = tmp_path / "data"
+    (data / "bc5cdr").mkdir(parents=True)
+    for name, doc_id in (("CDR_TrainingSet.PubTator.txt", "1"), ("CDR_DevelopmentSet.PubTator.txt", "2")):
+        (data / "bc5cdr" / name).write_text(re.sub(r"(?m)^1(?=[|\t])", doc_id, PUBTATOR))
+    vocab = spacy.blank("en").vocab
+
+    def train_texts(**options):
+        convert(data, tmp_path / "out", **options)
+        return [d.text for d in DocBin().from_disk(tmp_path / "out" / "train.spacy").get_docs(vocab)]
+
+    assert len(train_texts()) == 1
+    assert len(train_texts(train_on_dev=True)) == 2
+    assert len(train_texts(train_on_dev=True, repeats={"bc5cdr": 3})) == 6
+    # dev.spacy still holds dev's documents, for a look; nothing scored there chooses anything
+    assert len(DocBin().from_disk(tmp_path / "out" / "dev.spacy")) == 1
+    with pytest.raises(ValueError, match="--repeat"):
+        convert(data, tmp_path / "out", repeats={"ncbi-disease": 2})
 
 
 NCBI = "\n".join([

@@ -174,13 +174,16 @@ def replace_mentions(docs: Sequence[Doc], pools: Dict[str, List[Tuple[List[str],
 
 def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr",),
             held_out_fold: Optional[int] = None, replace: float = 0.0,
-            replace_labels: Sequence[str] = ("Disease",), seed: int = 0) -> List[Tuple[str, ConversionStats]]:
+            replace_labels: Sequence[str] = ("Disease",), seed: int = 0,
+            train_on_dev: bool = False, repeats: Optional[Dict[str, int]] = None) -> List[Tuple[str, ConversionStats]]:
     """Write train.spacy and dev.spacy from the corpora's PubTator files, and each corpus's
     dev documents apart (dev-CORPUS.spacy). held_out_fold: train.spacy holds the other train
     folds (protocol.train_fold's documents) and dev.spacy, dev-CORPUS.spacy that fold, where a
     recipe is chosen before dev is read. replace > 0: train.spacy also holds a copy of each train
     document whose mentions of `replace_labels` are replaced with that probability by the
-    bundled index's names (replace_mentions)."""
+    bundled index's names (replace_mentions). train_on_dev: train.spacy holds the dev documents
+    too (the shipped model, once a recipe is chosen; dev can no longer score it). repeats: corpus
+    → how many times its train documents stand in train.spacy (1 unless given)."""
     from .data.protocol import fold_split
 
     if not 0 <= replace <= 1:
@@ -191,34 +194,56 @@ def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr"
     matcher = None
     parts: Dict[str, List[Doc]] = {}
     results = []
+    repeats = dict(repeats or {})
+    for corpus_name, times in repeats.items():
+        if corpus_name not in corpora or times < 1:
+            raise ValueError(f"--repeat gives {corpus_name}={times}; give a corpus of --corpora and a count of 1 or more.")
     for corpus_name in corpora:
+        trained_before = len(parts.get("train", []))
         if corpus_name not in CORPORA:
             raise ValueError(f"--corpora names {corpus_name!r}; the NER trains on {', '.join(CORPORA)}.")
         labels, folder, files = CORPORA[corpus_name]
         if "Chemical" not in labels and matcher is None:
             matcher = chemical_matcher(nlp)
         for split, filename in files.items():
-            if held_out_fold is not None and split == "dev":
+            if held_out_fold is not None and split == "dev" and not train_on_dev:
                 continue
             stats = ConversionStats()
             # Unlinkable mentions (-1) are still mentions: NER keeps them.
             corpus = read_pubtator(data_dir / folder / filename, keep_unlinkable=True)
             docs = corpus_docs(corpus, nlp, stats, labels, None if "Chemical" in labels else matcher)
+            if split == "dev" and train_on_dev:
+                parts.setdefault("train", []).extend(docs)
             if held_out_fold is None:
                 parts.setdefault(split, []).extend(docs)
                 if split == "dev":
                     parts[f"dev-{corpus_name}"] = docs
+            elif split == "dev":
+                pass  # the held-out fold is the dev of a choice; dev's documents only train
             else:
                 held, rest = fold_split(list(zip(corpus.documents, docs)), held_out_fold, key=lambda pair: pair[0].doc_id)
                 parts.setdefault("train", []).extend(doc for _, doc in rest)
                 parts.setdefault("dev", []).extend(doc for _, doc in held)
                 parts[f"dev-{corpus_name}"] = [doc for _, doc in held]
             results.append((f"{corpus_name} {split}", stats))
+        own = parts.get("train", [])[trained_before:]
+        parts.setdefault("train", []).extend(own * (repeats.get(corpus_name, 1) - 1))
     if replace > 0:
         parts["train"] = parts["train"] + replace_mentions(parts["train"], name_pools(nlp, replace_labels), replace, seed)
     for part, docs in parts.items():
         DocBin(docs=docs).to_disk(output_dir / f"{part}.spacy")
     return results
+
+
+def parse_repeats(text: str) -> Dict[str, int]:
+    """--repeat's "ncbi-disease=2,bc5cdr=1" as {corpus: times}."""
+    repeats: Dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, times = item.partition("=")
+        if not times.strip().isdigit():
+            raise ValueError(f"--repeat reads {item!r}; write CORPUS=N, as ncbi-disease=2.")
+        repeats[name.strip()] = int(times)
+    return repeats
 
 
 app = typer.Typer(add_completion=False, help=__doc__.splitlines()[0])
@@ -238,13 +263,16 @@ def convert_command(
     replace: float = typer.Option(0.0, "--replace-mentions", help="Add a copy of each train document whose mentions are replaced, with this probability, by the bundled index's names; 0: none."),
     replace_labels: str = typer.Option("Disease", "--replace-labels", help="Comma-separated labels whose mentions --replace-mentions replaces: Disease, Chemical."),
     seed: int = typer.Option(0, "--seed", help="The replacements' random seed."),
+    train_on_dev: bool = typer.Option(False, "--train-on-dev", help="train.spacy holds the dev documents too: for the shipped model once the recipe is chosen (dev then scores nothing)."),
+    repeat: str = typer.Option("", "--repeat", help="Comma-separated CORPUS=N: that corpus's train documents stand N times in train.spacy."),
 ):
     """Convert the corpora's train and dev for `spacy train`."""
     from .data.datasets import DEFAULT_DATA_DIR
 
     try:
         results = convert(data_dir or DEFAULT_DATA_DIR, output_dir, [c.strip() for c in corpora.split(",") if c.strip()],
-                          held_out_fold, replace, [label.strip() for label in replace_labels.split(",") if label.strip()], seed)
+                          held_out_fold, replace, [label.strip() for label in replace_labels.split(",") if label.strip()], seed, train_on_dev,
+                          parse_repeats(repeat))
     except (ValueError, FileNotFoundError) as err:
         msg.fail(str(err), exits=1)
     for split, stats in results:
@@ -259,6 +287,7 @@ def bundle_command(
     model: Path = typer.Argument(..., help="A trained pipeline, such as runs/ner/model-best."),
     output: Path = typer.Option(DEMO_NER, "--output", help="Where the demo looks for it (the package's assets/ner)."),
     metrics: List[Path] = typer.Option([], "--metrics", help="evaluate --end-to-end outputs whose span scores go into the pipeline's meta (performance)."),
+    trained_on_dev: bool = typer.Option(False, "--trained-on-dev", help="The model learned the dev splits too (ner convert --train-on-dev): its meta says so, and that --metrics scored the same recipe trained on train alone."),
 ):
     """Copy a trained NER into the package, where `spacy-sapbert link` and `make demo` find it."""
     try:
@@ -269,21 +298,25 @@ def bundle_command(
         msg.fail(f"{model} has no ner pipe; the demo needs one that sets doc.ents.", exits=1)
     from spacy_sapbert import __version__
 
+    splits = "train and dev" if trained_on_dev else "train"
+    performance = {f"{m['dataset']} {m['split']}": m["span"] for m in (json.loads(p.read_text()) for p in metrics)}
+    if trained_on_dev and performance:
+        nlp.meta["performance_note"] = "the same recipe trained on train alone, scored on dev (this model learned dev)"
     nlp.meta.update({
         "name": "sapbert_ner", "version": __version__, "license": "MIT",
         # the spaCy releases setup.cfg allows, each tested (CI runs the runtime tests at the floors)
         "spacy_version": ">=3.7.5,<3.9.0",
         "description": "Disease and Chemical mentions in PubMed-style text: a CPU tok2vec + NER trained on "
-                       "BC5CDR and NCBI-disease train (spacy_sapbert_training.ner)"
+                       f"BC5CDR and NCBI-disease {splits} (spacy_sapbert_training.ner)"
                        + (", reading which tokens are ontology names (sapbert_gazetteer)." if "sapbert_gazetteer" in nlp.pipe_names else "."),
-        "sources": [{"name": "BC5CDR (BioCreative V CDR) train", "url": "https://biocreative.bioinformatics.udel.edu/",
+        "sources": [{"name": f"BC5CDR (BioCreative V CDR) {splits}", "url": "https://biocreative.bioinformatics.udel.edu/",
                      "license": "BioCreative research licence"},
-                    {"name": "NCBI-disease train", "url": "https://www.ncbi.nlm.nih.gov/CBBresearch/Dogan/DISEASE/",
+                    {"name": f"NCBI-disease {splits}", "url": "https://www.ncbi.nlm.nih.gov/CBBresearch/Dogan/DISEASE/",
                      "license": "public domain"},
                     {"name": "MeSH (chemical names left unannotated in NCBI-disease; with MONDO and the drug names "
                              "of drug-named-entity-recognition, the gazetteer's names)", "license": "NLM terms"}],
         # what evaluate --end-to-end measured (span P/R/F1 per corpus, split and label), not spaCy's own dev scoring
-        "performance": {f"{m['dataset']} {m['split']}": m["span"] for m in (json.loads(p.read_text()) for p in metrics)},
+        "performance": performance,
     })
     # Training leaves every corpus token in the string store; the model needs none of them
     # (its embeddings hash the features), so only a blank pipeline's strings and the labels
