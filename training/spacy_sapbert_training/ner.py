@@ -194,10 +194,7 @@ def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr"
     matcher = None
     parts: Dict[str, List[Doc]] = {}
     results = []
-    repeats = dict(repeats or {})
-    for corpus_name, times in repeats.items():
-        if corpus_name not in corpora or times < 1:
-            raise ValueError(f"--repeat gives {corpus_name}={times}; give a corpus of --corpora and a count of 1 or more.")
+    repeats = checked_repeats(repeats or {}, corpora)
     for corpus_name in corpora:
         trained_before = len(parts.get("train", []))
         if corpus_name not in CORPORA:
@@ -233,6 +230,14 @@ def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr"
     for part, docs in parts.items():
         DocBin(docs=docs).to_disk(output_dir / f"{part}.spacy")
     return results
+
+
+def checked_repeats(repeats: Dict[str, int], corpora: Sequence[str]) -> Dict[str, int]:
+    """`repeats` when each names a corpus being converted and a count of 1 or more."""
+    for corpus_name, times in repeats.items():
+        if corpus_name not in corpora or times < 1:
+            raise ValueError(f"--repeat gives {corpus_name}={times}; give a corpus of --corpora and a count of 1 or more.")
+    return dict(repeats)
 
 
 def parse_repeats(text: str) -> Dict[str, int]:
