@@ -1,6 +1,7 @@
 """BC5CDR → spaCy training docs for the demo NER: nothing lost silently."""
 import re
 
+import pytest
 import spacy
 from spacy.tokens import DocBin
 
@@ -54,8 +55,6 @@ def test_convert_writes_train_and_dev(tmp_path):
 
 
 def test_the_shipped_model_can_learn_dev_too_and_a_corpus_can_weigh_more(tmp_path):
-    import pytest
-
     data = tmp_path / "data"
     (data / "bc5cdr").mkdir(parents=True)
     for name, doc_id in (("CDR_TrainingSet.PubTator.txt", "1"), ("CDR_DevelopmentSet.PubTator.txt", "2")):

@@ -196,12 +196,12 @@ def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr"
     results = []
     repeats = checked_repeats(repeats or {}, corpora)
     for corpus_name in corpora:
-        trained_before = len(parts.get("train", []))
         if corpus_name not in CORPORA:
             raise ValueError(f"--corpora names {corpus_name!r}; the NER trains on {', '.join(CORPORA)}.")
         labels, folder, files = CORPORA[corpus_name]
         if "Chemical" not in labels and matcher is None:
             matcher = chemical_matcher(nlp)
+        trains: List[Doc] = []  # this corpus's documents in train.spacy
         for split, filename in files.items():
             if held_out_fold is not None and split == "dev" and not train_on_dev:
                 continue
@@ -209,22 +209,19 @@ def convert(data_dir: Path, output_dir: Path, corpora: Sequence[str] = ("bc5cdr"
             # Unlinkable mentions (-1) are still mentions: NER keeps them.
             corpus = read_pubtator(data_dir / folder / filename, keep_unlinkable=True)
             docs = corpus_docs(corpus, nlp, stats, labels, None if "Chemical" in labels else matcher)
-            if split == "dev" and train_on_dev:
-                parts.setdefault("train", []).extend(docs)
-            if held_out_fold is None:
-                parts.setdefault(split, []).extend(docs)
-                if split == "dev":
-                    parts[f"dev-{corpus_name}"] = docs
-            elif split == "dev":
-                pass  # the held-out fold is the dev of a choice; dev's documents only train
-            else:
+            if split == "train" and held_out_fold is not None:
+                # the held-out fold is the dev of a choice; dev's own documents can only train
                 held, rest = fold_split(list(zip(corpus.documents, docs)), held_out_fold, key=lambda pair: pair[0].doc_id)
-                parts.setdefault("train", []).extend(doc for _, doc in rest)
+                trains += [doc for _, doc in rest]
                 parts.setdefault("dev", []).extend(doc for _, doc in held)
                 parts[f"dev-{corpus_name}"] = [doc for _, doc in held]
+            elif split == "train" or train_on_dev:
+                trains += docs
+            if split == "dev" and held_out_fold is None:
+                parts.setdefault("dev", []).extend(docs)
+                parts[f"dev-{corpus_name}"] = docs
             results.append((f"{corpus_name} {split}", stats))
-        own = parts.get("train", [])[trained_before:]
-        parts.setdefault("train", []).extend(own * (repeats.get(corpus_name, 1) - 1))
+        parts.setdefault("train", []).extend(trains * repeats.get(corpus_name, 1))
     if replace > 0:
         parts["train"] = parts["train"] + replace_mentions(parts["train"], name_pools(nlp, replace_labels), replace, seed)
     for part, docs in parts.items():
