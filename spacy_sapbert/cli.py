@@ -218,6 +218,7 @@ def convert_index(
     dim: Optional[int] = typer.Option(None, "--dim", help="Project names onto this many leading singular directions first (smaller, approximate)."),
     compress_kb: bool = typer.Option(False, "--compress-kb", help="Store the KB gzip-compressed (kb.jsonl.gz), as the bundled index does."),
     graph: bool = typer.Option(False, "--graph", help="sq types: build the search graph over the codes now and store its links (graph.npz), so that first use sets them instead of building them, as the bundled index does."),
+    row_files: bool = typer.Option(False, "--row-files", help="Store the rows' names and exact-name keys and the answer scheme's answers, so that first use reads no KB, as the bundled index does."),
     ef_search: Optional[int] = typer.Option(None, "--ef-search", help="hnsw types: candidates kept while searching (default 256; 1024 keeps recall@10 at 0.99 for 4M names)."),
     prefer: str = typer.Option("", "--prefer", help="Comma-separated id patterns (regular expressions matching whole ids), best first: a name several concepts of one label bear is kept only for the best (e.g. 'D[0-9]+,C[0-9]+': MeSH descriptors, then supplementary concepts, then the rest)."),
     answer_scheme: str = typer.Option("", "--answer-scheme", help="Comma-separated id patterns the index answers in, recorded for index.scheme 'auto' (kb.schemes): a concept none of whose ids match answers as its nearest broader concepts that do; 'medic' for MeSH and OMIM."),
@@ -234,7 +235,7 @@ def convert_index(
                                            else [p for p in answer_scheme.split(",") if p])
         if ef_search is not None:
             index.set_ef_search(ef_search)
-        index.save(output, compress_kb=compress_kb, graph=graph)
+        index.save(output, compress_kb=compress_kb, graph=graph, row_files=row_files)
     except _user_errors() as err:
         _fail(err)
     msg.good(f"Wrote {index} ({_megabytes(output):.0f} MB) to {output}")

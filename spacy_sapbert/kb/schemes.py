@@ -45,12 +45,16 @@ def scheme_answers(kb: KnowledgeBase, scheme: Sequence[str] = MEDIC_SCHEME, max_
 
 
 def index_answers(index, patterns: Sequence[str]) -> Dict[str, List[str]]:
-    """`scheme_answers` of a loaded index's KB, kept in the cache under the index's state key
-    (a few hundred kB for the bundled index), so that a later load reads them without the KB."""
+    """`scheme_answers` of a loaded index's KB: as the index stores them (its row files, as the
+    bundled index ships them), or made once and kept in the cache under the index's state key (a
+    few hundred kB for the bundled index), so that a later load reads them without the KB."""
     import json
 
     from ..cache import cache_dir, replace_file
 
+    stored = index.stored_answers(patterns) if hasattr(index, "stored_answers") else None
+    if stored is not None:
+        return stored
     key = index.state_key("answers", list(patterns))
     path = cache_dir() / f"answers-{key}.json" if key else None
     if path is not None and path.is_file():

@@ -1,9 +1,11 @@
 """A FAISS index over name embeddings that answers with distinct concepts: ConceptIndex, its
 storage and its search (the FAISS index types themselves: search.builders)."""
+import gzip
 import hashlib
 import json
 import logging
 import re
+import shutil
 import threading
 import time
 from contextlib import contextmanager, nullcontext
@@ -45,6 +47,59 @@ CONCEPTS_FILE = "concepts.json"
 NAMES_FILE = "names.tsv.gz"
 # The links of a scalar-quantised index's search graph, stored beside its codes (save(graph=True)).
 GRAPH_FILE = "graph.npz"
+# Each row's name, one a line (utf-8, gzip with mtime 0), and its kb.name_hash key: what the
+# hybrid score and exact names read, so that an index storing them (save(row_files=True), as the
+# bundled one and every supplement do) reads no KB on first use.
+ROW_NAMES_FILE = "names.txt.gz"
+ROW_KEYS_FILE = "keys.npy"
+# The answers of the index's answer_scheme (kb.schemes.scheme_answers), stored with the row files.
+ANSWERS_FILE = "answers.json.gz"
+ROW_FILES = (ROW_NAMES_FILE, ROW_KEYS_FILE, ANSWERS_FILE)
+
+
+class RowNames:
+    """Row names as ROW_NAMES_FILE stores them, held as one utf-8 buffer and offsets (15 MB for a
+    supplement's 538k names, where a list of str took 60 MB), each decoded when asked."""
+
+    def __init__(self, path: Path):
+        with gzip.open(path, "rb") as stored:
+            self._data = stored.read()
+        breaks = np.flatnonzero(np.frombuffer(self._data, dtype=np.uint8) == ord("\n"))
+        # Where each name starts, and one past the end: name i is bounds[i]:bounds[i + 1] - 1.
+        self._bounds = np.concatenate([[0], breaks + 1, [len(self._data) + 1]]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    def __getitem__(self, row: int) -> str:
+        return self._data[self._bounds[row]:self._bounds[row + 1] - 1].decode("utf-8")
+
+    def take(self, rows: Sequence[int]) -> List[str]:
+        return [self[int(r)] for r in rows]
+
+    def all(self) -> List[str]:
+        """Every name, in row order."""
+        return self._data.decode("utf-8").split("\n") if len(self) else []
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy a file, unless both name the same one (an index saved over its own folder)."""
+    if not (target.exists() and source.resolve() == target.resolve()):
+        shutil.copyfile(source, target)
+
+
+def write_row_files(path: Path, names: Sequence[str], answers: Optional[dict] = None) -> List[str]:
+    """Write the row names and their keys (and, given, the answers) into `path`; the files written."""
+    if any("\n" in name or "\r" in name for name in names):
+        raise ConceptIndexError("A name of the index holds a line break; clean the KB's names first.")
+    with open(path / ROW_NAMES_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+        out.write("\n".join(names).encode("utf-8"))  # bytes as RowNames splits them, on every platform
+    np.save(path / ROW_KEYS_FILE, np.array([name_hash(name) for name in names], dtype=np.uint64))
+    if answers is None:
+        return [ROW_NAMES_FILE, ROW_KEYS_FILE]
+    with open(path / ANSWERS_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+        out.write(json.dumps(answers, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    return [ROW_NAMES_FILE, ROW_KEYS_FILE, ANSWERS_FILE]
 
 
 def numbered_type_sets(types: Iterable[Tuple[str, ...]], count: int) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
@@ -160,6 +215,8 @@ class ConceptIndex:
         self._type_sets: Optional[Tuple[List[Tuple[str, ...]], np.ndarray]] = None
         self._selectors: Dict[Tuple[str, ...], Tuple[object, int]] = {}
         self._split: Optional[tuple] = None  # (index, its pre-transform maps, the index inside)
+        # (a folder, the ROW_FILES it stores for these very rows): read in place of the KB.
+        self._row_files: Optional[Tuple[Path, List[str]]] = None
 
     @property
     def kb(self) -> KnowledgeBase:
@@ -288,7 +345,10 @@ class ConceptIndex:
             projected = dim if dim and dim != vectors.shape[1] else None
         elif current in SQ_TYPES and index_type == f"hnsw-{current}" and dim is None and not prefer:
             index = _graph_over_codes(self.index, self.stored_links())
-            projected = self.meta.get("projected_dim")
+            meta = dict(self.meta, index_type=index_type,
+                        build_seconds=round(self.meta.get("build_seconds", 0) + time.perf_counter() - start, 1))
+            meta.pop("files", None)
+            return self._with_rows_of(index, meta)
         else:
             raise ConceptIndexError(
                 f"A {current} index stores approximate vectors, so converting it to {index_type} would "
@@ -299,6 +359,31 @@ class ConceptIndex:
                     build_seconds=round(self.meta.get("build_seconds", 0) + time.perf_counter() - start, 1))
         meta.pop("files", None)
         return ConceptIndex(self.kb, index, rows, meta)
+
+    def _with_rows_of(self, index: faiss.Index, meta: dict) -> "ConceptIndex":
+        """An index of these very rows and concepts in another FAISS index: the KB, when not yet
+        read, is read from this one's file when asked for, and the row files come along."""
+        if self._kb is not None or self._kb_file is None:
+            return ConceptIndex(self.kb, index, self.row_concepts, meta)
+        same = ConceptIndex(None, index, self.row_concepts, meta, concepts=(self.concept_ids, self._types))
+        same._kb_file, same._alt_positions, same._type_sets = self._kb_file, self._alt_positions, self._type_sets
+        same._row_files = self._row_files
+        return same
+
+    def stored_row_file(self, name: str) -> Optional[Path]:
+        """Where the index's folder stores the row file `name` (ROW_FILES) for these rows, or None."""
+        if self._row_files is None or name not in self._row_files[1]:
+            return None
+        return self._row_files[0] / name
+
+    def stored_answers(self, patterns: Sequence[str]) -> Optional[Dict[str, List[str]]]:
+        """The answers of `patterns` (kb.schemes.scheme_answers) when the index stores those of
+        its answer_scheme and `patterns` is that scheme; else None."""
+        stored = self.stored_row_file(ANSWERS_FILE)
+        if stored is None or list(patterns) != list(self.meta.get("answer_scheme", [])):
+            return None
+        with gzip.open(stored, "rt", encoding="utf-8") as handle:
+            return json.load(handle)
 
     def set_ef_search(self, ef_search: int) -> None:
         """Candidates a graph index keeps while searching (its recall against its speed; stored
@@ -330,6 +415,13 @@ class ConceptIndex:
     def row_names(self) -> List[str]:
         """The name each row of the index embeds: the KB's names in order, less those that name
         precedence (meta["name_precedence"], see preferred_rows) left to other concepts."""
+        stored = self.stored_row_file(ROW_NAMES_FILE)
+        if stored is not None:
+            names = RowNames(stored).all()
+            if len(names) != len(self):
+                raise ConceptIndexError(f"{stored} names {len(names)} rows, but the index beside it holds {len(self)}; "
+                                        "copy the whole index directory again or rebuild it.")
+            return names
         names, rows = self.kb.name_row_concepts()
         if len(names) != len(self) and self.meta.get("name_precedence"):
             keep = self._preferred_mask(self.meta["name_precedence"])
@@ -360,6 +452,14 @@ class ConceptIndex:
         index) and kept in the cache (1.7 MB), so a later load reads it in milliseconds."""
         if getattr(self, "_row_keys", None) is not None and len(self._row_keys) == len(self):
             return self._row_keys
+        stored = self.stored_row_file(ROW_KEYS_FILE)
+        if stored is not None:
+            keys = np.load(stored)
+            if len(keys) != len(self):
+                raise ConceptIndexError(f"{stored} holds {len(keys)} keys, but the index beside it holds {len(self)} "
+                                        "rows; copy the whole index directory again or rebuild it.")
+            self._row_keys = keys
+            return keys
         def made() -> np.ndarray:
             return np.array([name_hash(name) for name in self.row_names()], dtype=np.uint64)
 
@@ -521,11 +621,15 @@ class ConceptIndex:
         with np.load(self.path / GRAPH_FILE) as stored:
             return {name: stored[name] for name in stored.files}
 
-    def save(self, path: Union[str, Path], compress_kb: bool = False, graph: bool = False) -> Path:
+    def save(self, path: Union[str, Path], compress_kb: bool = False, graph: bool = False,
+             row_files: bool = False) -> Path:
         """Write the index as a self-contained directory; return it. compress_kb: store the KB
         gzip-compressed (kb.jsonl.gz, about 5× smaller), as a bundled index does. graph: for a
         scalar-quantised index, build its search graph now and store the links (GRAPH_FILE,
-        about 8 MB for 208k names), so that a user's first search sets them instead of building."""
+        about 8 MB for 208k names), so that a user's first search sets them instead of building.
+        row_files: store the row names and keys, and the answers of meta["answer_scheme"]
+        (ROW_FILES, 4 MB for the bundled index), so that first use reads no KB; row files the
+        index was loaded with are copied in any case. A KB not yet read is copied as stored."""
         path = Path(path)
         current = self.meta.get("index_type", "flat")
         if graph and current not in SQ_TYPES:
@@ -536,16 +640,32 @@ class ConceptIndex:
         faiss.write_index(self.index, str(path / FAISS_FILE))
         np.save(path / ROWS_FILE, self.row_concepts)
         kb_file = KB_FILE_GZ if compress_kb else KB_FILE
-        write_jsonl(self.kb, path / kb_file)
-        alternatives = self.kb.alternative_ids()
+        if self._kb is None and self._kb_file is not None and self._kb_file.name in (kb_file, KB_FILE_GZ):
+            kb_file = self._kb_file.name  # never parsed: copied (1 s and 60 MB less for the bundled KB)
+            _copy(self._kb_file, path / kb_file)
+            alt_positions = dict(self._alt_positions or {})
+        else:
+            write_jsonl(self.kb, path / kb_file)
+            alt_positions = {alt: self.position_of(cui) for alt, cui in self.kb.alternative_ids().items()}
         concepts = {"concept_ids": list(self.concept_ids),
                     "types": [list(self.concept_types(i)) for i in range(len(self.concept_ids))],
                     # What resolve_id reads without the KB: each alternative id and its concept's position.
-                    "alt_ids": list(alternatives),
-                    "alt_positions": [self.position_of(cui) for cui in alternatives.values()]}
+                    "alt_ids": list(alt_positions),
+                    "alt_positions": list(alt_positions.values())}
         (path / CONCEPTS_FILE).write_text(json.dumps(concepts, ensure_ascii=False, separators=(",", ":")) + "\n",
                                           encoding="utf-8")
         files = [FAISS_FILE, ROWS_FILE, kb_file, CONCEPTS_FILE]
+        if row_files:
+            scheme = self.meta.get("answer_scheme")
+            if scheme:
+                from ..kb.schemes import scheme_answers
+
+                answers = scheme_answers(self.kb, scheme)
+            files += write_row_files(path, self.row_names(), answers if scheme else None)
+        elif self._row_files is not None:
+            for name in self._row_files[1]:
+                _copy(self._row_files[0] / name, path / name)
+            files += self._row_files[1]
         if links is not None:
             np.savez_compressed(path / GRAPH_FILE, **links)
             files.append(GRAPH_FILE)
@@ -612,6 +732,8 @@ class ConceptIndex:
         loaded._type_sets = type_sets
         loaded._kb_file = path / kb_file
         loaded.path = path
+        stored_rows = [name for name in ROW_FILES if name in meta["files"]]
+        loaded._row_files = (path, stored_rows) if stored_rows else None
         if encoder is not None:
             loaded.check_encoder(encoder, where=f"The index at {path}")
         return loaded

@@ -144,8 +144,8 @@ def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
     graph_type = f"hnsw-{meta['index_type']}"
     cached = _graph_cache(meta)
     # Built: 22 s for the bundled index's 208k names on 2 quiet cores, about in proportion beyond;
-    # set from the links the index stores (the bundled one does): about 2 s with the checksums.
-    per_graph = 2 if GRAPH_FILE in meta.get("files", {}) else 22
+    # set from the links the index stores (the bundled one does): about a second, its KB copied as stored.
+    per_graph = 1 if GRAPH_FILE in meta.get("files", {}) else 22
     seconds = per_graph * meta.get("n_names", GRAPH_NAMES_MEASURED) / GRAPH_NAMES_MEASURED
     return cached_build(cached, lambda staging: ConceptIndex.load(compact).converted(graph_type).save(staging),
                         lambda path: _cached_index_intact(path, encoder.fingerprint),
@@ -154,11 +154,14 @@ def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
 
 def _graph_cache(meta: dict) -> Path:
     """Where the graph over a compact index's codes is cached: keyed by the codes' checksum, and
-    by that of the concepts file the copy keeps, so that a copy of older concepts is not taken."""
+    by those of the concepts file and the row names the copy keeps, so that a copy of older
+    concepts, or one made before the index stored its row names, is not taken."""
+    from .index import ROW_NAMES_FILE
+
     files = meta["files"]
     digest = files["index.faiss"]["sha256"][:16]
-    concepts = files.get("concepts.json", {}).get("sha256", "")[:8]
-    return cache_dir() / f"index-graph-{digest}{'-' + concepts if concepts else ''}-hnsw-{meta['index_type']}"
+    kept = "".join(f"-{files[name]['sha256'][:8]}" for name in ("concepts.json", ROW_NAMES_FILE) if name in files)
+    return cache_dir() / f"index-graph-{digest}{kept}-hnsw-{meta['index_type']}"
 
 
 def compact_source(index_path: Path) -> Optional[Path]:

@@ -11,7 +11,6 @@ the main index's concepts.
 
     supplemented = SupplementedIndex(ConceptIndex.load(main), ConceptIndex.load(main / SUPPLEMENT_DIR))
 """
-import gzip
 import json
 import shutil
 from collections import ChainMap
@@ -22,13 +21,14 @@ from typing import Callable, Container, Iterator, List, Optional, Tuple, Union
 import numpy as np
 
 from ..cache import file_records
-from ..kb.concepts import Concept, KnowledgeBase, name_hash
-from .index import CONCEPTS_FILE, FAISS_FILE, META_FILE, ROWS_FILE, ConceptIndex, ConceptIndexError, stored_types
+from ..kb.concepts import Concept, KnowledgeBase
+from .index import (CONCEPTS_FILE, FAISS_FILE, META_FILE, ROW_KEYS_FILE, ROW_NAMES_FILE, ROWS_FILE, ConceptIndex,
+                    ConceptIndexError, RowNames, stored_types, write_row_files)
 
 SUPPLEMENT_DIR = "supplement"
 # The supplement's row names, one a line (utf-8, gzip with mtime 0), and their kb.name_hash keys.
-NAMES_FILE = "names.txt.gz"
-KEYS_FILE = "keys.npy"
+NAMES_FILE = ROW_NAMES_FILE
+KEYS_FILE = ROW_KEYS_FILE
 
 
 def save_supplement(index: ConceptIndex, path: Union[str, Path]) -> Path:
@@ -36,8 +36,6 @@ def save_supplement(index: ConceptIndex, path: Union[str, Path]) -> Path:
     their exact-name keys, and no KB (SupplementedIndex.kb makes its concepts from the names)."""
     path = Path(path)
     names = index.row_names()
-    if any("\n" in name or "\r" in name for name in names):
-        raise ConceptIndexError("A name of the supplement holds a line break; clean the KB's names first.")
     path.mkdir(parents=True, exist_ok=True)
     import faiss
 
@@ -50,34 +48,11 @@ def save_supplement(index: ConceptIndex, path: Union[str, Path]) -> Path:
     concepts = {"concept_ids": list(index.concept_ids), "type_sets": [list(t) for t in sets], "type_set": which}
     (path / CONCEPTS_FILE).write_text(json.dumps(concepts, ensure_ascii=False, separators=(",", ":")) + "\n",
                                       encoding="utf-8")
-    with open(path / NAMES_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
-        out.write("\n".join(names).encode("utf-8"))  # bytes as RowNames splits them, on every platform
-    np.save(path / KEYS_FILE, np.array([name_hash(name) for name in names], dtype=np.uint64))
+    written = write_row_files(path, names)
     meta = {key: value for key, value in index.meta.items() if key != "files"}
-    meta["files"] = file_records(path, [FAISS_FILE, ROWS_FILE, CONCEPTS_FILE, NAMES_FILE, KEYS_FILE])
+    meta["files"] = file_records(path, [FAISS_FILE, ROWS_FILE, CONCEPTS_FILE, *written])
     (path / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     return path
-
-
-class RowNames:
-    """A supplement's row names as one utf-8 buffer and offsets (15 MB for 538k names, where a
-    list of str took 60 MB), each decoded when asked."""
-
-    def __init__(self, path: Path):
-        with gzip.open(path, "rb") as stored:
-            self._data = stored.read()
-        breaks = np.flatnonzero(np.frombuffer(self._data, dtype=np.uint8) == ord("\n"))
-        # Where each name starts, and one past the end: name i is bounds[i]:bounds[i + 1] - 1.
-        self._bounds = np.concatenate([[0], breaks + 1, [len(self._data) + 1]]).astype(np.int64)
-
-    def __len__(self) -> int:
-        return len(self._bounds) - 1
-
-    def __getitem__(self, row: int) -> str:
-        return self._data[self._bounds[row]:self._bounds[row + 1] - 1].decode("utf-8")
-
-    def take(self, rows: Sequence[int]) -> List[str]:
-        return [self[int(r)] for r in rows]
 
 
 class PackedIds(Sequence):

@@ -41,8 +41,8 @@ def test_mentions_get_scikit_learns_tfidf_vectors_without_scikit_learn(texts):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(alphabet="aAbé -(x)\t\n12Zz", min_size=1, max_size=40).filter(lambda text: text.split()), min_size=1,
-                max_size=30))
+@given(st.lists(st.text(alphabet="aAbé -(x)\t\n12ZzİΣ𝔸", min_size=1, max_size=40).filter(lambda text: text.split()),
+                min_size=1, max_size=30))
 def test_names_are_fitted_as_scikit_learn_fits_them_without_scikit_learn(names):
     """fit_char_tfidf gives scikit-learn's vocabulary, idf and name vectors bit for bit, their
     stored order included (the hybrid score's sums follow it); the bundled index's 229,810 names

@@ -291,3 +291,33 @@ def test_an_index_without_its_concepts_file_is_refused_and_the_bundled_one_has_i
 
         stored = json.loads((BUNDLED_INDEX / "concepts.json").read_text(encoding="utf-8"))
         assert len(stored["alt_ids"]) == len(stored["alt_positions"]) > 30000
+
+
+def test_row_files_spare_the_kb_on_first_use(large_kb, large_exact, tiny_encoder, tmp_path):
+    """save(row_files=True) stores the rows' names and keys and the answer scheme's answers; an
+    index loaded with them, and the graph unpacked over its codes and saved (the first use of a
+    bundled index), give what the KB gives without reading it: the KB file is copied, not parsed."""
+    from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
+    from spacy_sapbert.kb.schemes import index_answers, scheme_answers
+    from spacy_sapbert.search.index import ANSWERS_FILE, ROW_KEYS_FILE, ROW_NAMES_FILE
+
+    top = next(iter(large_kb)).concept_id
+    scheme = [f"{top}$"]  # every other concept answers as the first, its broader concept
+    kb = KnowledgeBase([Concept(c.concept_id, c.canonical_name, list(c.aliases), list(c.types), broader=[top])
+                        if i else c for i, c in enumerate(large_kb)])
+    compact = ConceptIndex(kb, large_exact.index, large_exact.row_concepts, dict(large_exact.meta)).converted("sq6", dim=16)
+    compact.meta["answer_scheme"] = scheme
+    saved = compact.save(tmp_path / "compact", compress_kb=True, graph=True, row_files=True)
+    assert {ROW_NAMES_FILE, ROW_KEYS_FILE, ANSWERS_FILE} <= set(ConceptIndex.load(saved).meta["files"])
+    plain = ConceptIndex.load(compact.save(tmp_path / "plain", compress_kb=True, graph=True))
+    for loaded in (ConceptIndex.load(saved), ConceptIndex.load(saved).converted("hnsw-sq6")):
+        assert loaded.row_names() == plain.row_names() and len(loaded.row_names()) == len(loaded)
+        assert (loaded.row_keys() == plain.row_keys()).all()
+        assert index_answers(loaded, scheme) == scheme_answers(kb, scheme) != {}
+        assert loaded._kb is None
+    graph = ConceptIndex.load(saved).converted("hnsw-sq6").save(tmp_path / "graph")
+    assert filecmp.cmp(graph / KB_FILE_GZ, saved / KB_FILE_GZ, shallow=False)
+    again = ConceptIndex.load(graph, encoder=tiny_encoder)
+    assert again.row_names() == plain.row_names() and again._kb is None
+    assert [c.concept_id for c in again.kb] == compact.concept_ids
+    assert again.resolve_id(compact.concept_ids[3]) == compact.concept_ids[3]

@@ -369,8 +369,8 @@ def test_a_label_the_ner_never_predicts_is_refused_at_add_pipe():
 
 def test_a_saved_pipeline_keeps_the_compact_bundled_index_not_its_graph(tmp_path):
     """The default searches a graph set over the bundled 6-bit codes; to_disk writes the codes,
-    the graph's links and the concepts file (63.5 MB, not the 94 MB graph), and the loaded
-    pipeline searches the cached graph over them."""
+    the graph's links, the concepts file and the row files (68.8 MB, not the graph of 87 MB), and
+    the loaded pipeline searches the cached graph over them."""
     from spacy.tokens import Span
 
     def links(nlp):
@@ -383,7 +383,7 @@ def test_a_saved_pipeline_keeps_the_compact_bundled_index_not_its_graph(tmp_path
     before = links(nlp)
     nlp.to_disk(tmp_path / "pipeline")
     saved = tmp_path / "pipeline" / "sapbert_linker" / "index"
-    assert sum(f.stat().st_size for f in saved.iterdir()) < 68e6
+    assert sum(f.stat().st_size for f in saved.iterdir()) < 72e6
     assert links(spacy.load(tmp_path / "pipeline")) == before
 
 
