@@ -99,8 +99,10 @@ def test_the_supplement_records_its_files(supplemented_dir):
 
     folder = supplemented_dir / "supplement"
     meta = json.loads((folder / "meta.json").read_text())
-    assert set(meta["files"]) == {"index.faiss", "rows.npy", "concepts.json", "names.txt.gz", "keys.npy"}
+    assert set(meta["files"]) == {"index.faiss", "rows.npy", "concepts.json", "concept_ids.npy", "names.txt.gz", "keys.npy"}
     assert verify_files(folder, meta) is None
+    # The ids packed, not in concepts.json: a load makes no str per concept.
+    assert "concept_ids" not in json.loads((folder / "concepts.json").read_text())
 
 
 def test_pack_writes_a_compact_supplement(tiny_index_dir, tiny_model, tmp_path, caplog):
