@@ -291,6 +291,10 @@ def test_an_index_without_its_concepts_file_is_refused_and_the_bundled_one_has_i
 
         stored = json.loads((BUNDLED_INDEX / "concepts.json").read_text(encoding="utf-8"))
         assert len(stored["alt_ids"]) == len(stored["alt_positions"]) > 30000
+        # and the rows' names, keys and answers, so that first use reads no KB
+        from spacy_sapbert.search.index import ROW_FILES
+
+        assert set(ROW_FILES) <= set(bundled["files"])
 
 
 def test_row_files_spare_the_kb_on_first_use(large_kb, large_exact, tiny_encoder, tmp_path):

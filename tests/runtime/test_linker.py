@@ -387,6 +387,21 @@ def test_a_saved_pipeline_keeps_the_compact_bundled_index_not_its_graph(tmp_path
     assert links(spacy.load(tmp_path / "pipeline")) == before
 
 
+def test_the_default_pipe_links_without_reading_its_kb():
+    """Linking reads the index's concepts file, row files and answers, never its KB (230k names):
+    `linker.kb` reads it when asked for."""
+    from spacy.tokens import Span
+
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("sapbert_linker", config={"threshold": 0.0})
+    doc = nlp.make_doc("cancer after cisplatin")
+    doc.ents = [Span(doc, 0, 1, "Disease"), Span(doc, 2, 3, "Chemical")]
+    assert [e._.cui for e in linker(doc).ents] == ["D009369", "D002945"]
+    main = getattr(linker.index, "main", linker.index)
+    assert main._kb is None
+    assert linker.kb.cui_to_entity["D002945"].canonical_name == "Cisplatin" and main._kb is not None
+
+
 def test_nlp_evaluate_reports_link_scores(tiny_model, tiny_index_dir):
     from spacy.tokens import Span
     from spacy.training import Example
