@@ -8,9 +8,9 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Sequence as SequenceABC
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from collections.abc import Sequence as SequenceABC
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import faiss
@@ -685,7 +685,7 @@ class ConceptIndex:
         scalar-quantised index, build its search graph now and store the links (GRAPH_FILE,
         about 8 MB for 208k names), so that a user's first search sets them instead of building.
         row_files: store the row names and keys, and the answers of meta["answer_scheme"]
-        (ROW_FILES, 4 MB for the bundled index), so that first use reads no KB; row files the
+        (ROW_FILES, 3 MB for the bundled index), so that first use reads no KB; row files the
         index was loaded with are copied in any case. A KB not yet read is copied as stored."""
         path = Path(path)
         current = self.meta.get("index_type", "flat")
