@@ -136,6 +136,22 @@ class PackedIds(SequenceABC):
         return None if found < 0 else found
 
 
+def _read_concepts(path: Path, meta: dict) -> Tuple[dict, Sequence[str], Tuple[List[Tuple[str, ...]], np.ndarray]]:
+    """An index folder's CONCEPTS_FILE as stored, its concept ids (from the file, or packed in
+    IDS_FILE) and its type sets (stored_type_sets)."""
+    if CONCEPTS_FILE not in meta["files"]:
+        raise ConceptIndexError(f"{path} keeps no {CONCEPTS_FILE} (an index of the unpublished 0.1); rebuild it "
+                                "with `spacy-sapbert build-index`.")
+    stored = json.loads((path / CONCEPTS_FILE).read_text(encoding="utf-8"))
+    if "concept_ids" in stored:
+        ids = stored["concept_ids"]
+    elif IDS_FILE in meta["files"]:
+        ids = PackedIds.from_encoded(np.load(path / IDS_FILE))
+    else:
+        raise ConceptIndexError(f"{path / CONCEPTS_FILE} keeps no concept ids and {path} no {IDS_FILE}; rebuild the index.")
+    return stored, ids, stored_type_sets(stored)
+
+
 def _copy(source: Path, target: Path) -> None:
     """Copy a file, unless both name the same one (an index saved over its own folder)."""
     if not (target.exists() and source.resolve() == target.resolve()):
@@ -761,17 +777,7 @@ class ConceptIndex:
         if problem:
             raise ConceptIndexError(problem)
         kb_file = KB_FILE_GZ if KB_FILE_GZ in meta.get("files", {}) else KB_FILE
-        if CONCEPTS_FILE not in meta["files"]:
-            raise ConceptIndexError(f"{path} keeps no {CONCEPTS_FILE} (an index of the unpublished 0.1); rebuild it "
-                                    "with `spacy-sapbert build-index`.")
-        stored = json.loads((path / CONCEPTS_FILE).read_text(encoding="utf-8"))
-        type_sets = stored_type_sets(stored)
-        if "concept_ids" in stored:
-            ids = stored["concept_ids"]
-        elif IDS_FILE in meta["files"]:
-            ids = PackedIds.from_encoded(np.load(path / IDS_FILE))
-        else:
-            raise ConceptIndexError(f"{path / CONCEPTS_FILE} keeps no concept ids and {path} no {IDS_FILE}; rebuild the index.")
+        stored, ids, type_sets = _read_concepts(path, meta)
         concepts = (ids, [type_sets[0][i] for i in type_sets[1].tolist()])  # stored_types
         n_concepts = len(concepts[0])
         flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
