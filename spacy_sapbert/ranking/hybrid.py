@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 HYBRID_ROWS = 64
 # Bump when the features or their files change, so cached hybrid states (HybridRescorer.for_index)
 # are refitted.
-HYBRID_STATE_VERSION = 4
+HYBRID_STATE_VERSION = 5
 # What HybridRescorer.save writes (files.json records them): NameCounts' arrays, memory-mapped.
 STATE_FILES = ("vocabulary.json", "idf.npy", "counts.npy", "columns.npy", "pointers.npy", "norms.npy")
 
@@ -45,10 +45,10 @@ def fit_char_tfidf(names: Sequence[str]) -> Tuple[Dict[str, int], np.ndarray, sc
 
 
 class NameCounts:
-    """The names' n-gram counts as a CSR matrix (a byte a count where counts allow) with each
-    row's tf-idf norm: the unit tf-idf vectors of any rows, made when asked (`vectors`), are bit
-    for bit those fit_char_tfidf stores, in two thirds of the memory (29 MB for the bundled
-    index's 208k names, where the float32 vectors took 43)."""
+    """The names' n-gram counts in CSR form (a byte a count and two a column where the counts and
+    the vocabulary allow) with each row's tf-idf norm: the unit tf-idf vectors of any rows, made
+    when asked (`vectors`), are bit for bit those fit_char_tfidf stores, in less than half the
+    memory (18 MB for the bundled index's 208k names, where the float32 vectors took 43)."""
 
     ARRAYS = ("counts", "columns", "pointers", "norms")
 
@@ -56,28 +56,32 @@ class NameCounts:
                  idf: np.ndarray):
         if not (len(counts) == len(columns) == int(pointers[-1]) and len(pointers) == len(norms) + 1):
             raise ValueError("name counts, columns, pointers and norms disagree")
+        self.counts, self.columns, self.pointers = counts, columns, pointers
         self.idf, self.norms = idf, norms
-        self.matrix = scipy.sparse.csr_matrix((counts, columns, pointers), shape=(len(norms), len(idf)))
 
     def arrays(self) -> Dict[str, np.ndarray]:
         """The arrays HybridRescorer.save writes, by their names in ARRAYS."""
-        matrix = self.matrix
-        return {"counts": matrix.data, "columns": matrix.indices, "pointers": matrix.indptr, "norms": self.norms}
+        return {"counts": self.counts, "columns": self.columns, "pointers": self.pointers, "norms": self.norms}
 
     @property
     def shape(self) -> Tuple[int, int]:
-        return self.matrix.shape
+        return len(self.norms), len(self.idf)
 
     def vectors(self, rows) -> scipy.sparse.csr_matrix:
         """The unit tf-idf vectors of `rows` (an array of row numbers, or a slice), in the stored
-        order: counts × idf in float32, divided in float64 by the row's norm (1 where it is 0)."""
-        picked = self.matrix[rows]
-        columns = picked.indices
-        data = picked.data.astype(np.float32) * self.idf[columns]
+        order: counts × idf in float32, divided in float64 by the row's norm (1 where it is 0).
+        Only the rows' entries are read (the arrays may be memory-mapped)."""
+        rows = np.arange(len(self.norms))[rows] if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
+        starts = np.asarray(self.pointers[rows], dtype=np.int64)
+        lengths = np.asarray(self.pointers[rows + 1], dtype=np.int64) - starts
+        entries = _ragged(starts, lengths)
+        columns = self.columns[entries].astype(np.int32)
+        data = self.counts[entries].astype(np.float32) * self.idf[columns]
         norms = self.norms[rows]
-        divisor = np.repeat(np.where(norms == 0.0, 1.0, norms), np.diff(picked.indptr))
-        picked.data = (data.astype(np.float64) / divisor).astype(np.float32)
-        return picked
+        divisor = np.repeat(np.where(norms == 0.0, 1.0, norms), lengths)
+        pointers = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        return scipy.sparse.csr_matrix(((data.astype(np.float64) / divisor).astype(np.float32), columns, pointers),
+                                       shape=(len(rows), len(self.idf)))
 
 
 def fit_char_counts(names: Sequence[str]) -> Tuple[Dict[str, int], np.ndarray, NameCounts]:
@@ -102,7 +106,8 @@ def fit_char_counts(names: Sequence[str]) -> Tuple[Dict[str, int], np.ndarray, N
         rows = np.flatnonzero(lengths > offset)
         sums[rows] += squares[pointers[rows] + offset]
     count_type = np.uint8 if counts_array.max(initial=0) <= np.iinfo(np.uint8).max else np.int32
-    return vocabulary, idf, NameCounts(counts_array.astype(count_type), columns.astype(np.int32), pointers,
+    column_type = np.uint16 if len(vocabulary) <= np.iinfo(np.uint16).max + 1 else np.int32
+    return vocabulary, idf, NameCounts(counts_array.astype(count_type), columns.astype(column_type), pointers,
                                        np.sqrt(sums), idf)
 
 
