@@ -183,12 +183,12 @@ def numbered_type_sets(types: Iterable[Tuple[str, ...]], count: int) -> Tuple[Li
 def stored_type_sets(stored: dict) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
     """A CONCEPTS_FILE's distinct sets of types and each concept's set's number: as a supplement
     stores them ("type_sets", "type_set"), or gathered from a list per concept ("types")."""
-    strings: Dict[str, str] = {}  # each type's str once (the supplement's 182k types are 22k strings: 13 MB less)
+    # Each type's str once (the supplement's 182k types are 22k strings: 13 MB less).
+    once = {}.setdefault
     if "type_sets" in stored:
-        return ([tuple(strings.setdefault(t, t) for t in types) for types in stored["type_sets"]],
+        return ([tuple(map(once, types, types)) for types in stored["type_sets"]],
                 np.asarray(stored["type_set"], dtype=np.int64))
-    return numbered_type_sets((tuple(strings.setdefault(t, t) for t in types) for types in stored["types"]),
-                              len(stored["types"]))
+    return numbered_type_sets((tuple(map(once, types, types)) for types in stored["types"]), len(stored["types"]))
 
 
 def stored_types(stored: dict) -> List[Tuple[str, ...]]:
