@@ -138,10 +138,9 @@ def bundled_names() -> Iterable[Tuple[str, int]]:
                 yield name, source
     supplement = BUNDLED_INDEX / SUPPLEMENT_DIR / NAMES_FILE
     if supplement.exists():
-        names = RowNames(supplement)
-        for row in range(len(names)):
-            if keep(names[row]):
-                yield names[row], 3
+        for name in RowNames(supplement).all():
+            if keep(name):
+                yield name, 3
 
 
 class GazetteerTags:

@@ -98,6 +98,11 @@ class PackedIds(SequenceABC):
         self._set(np.array(encoded, dtype=np.bytes_))
 
     @classmethod
+    def of(cls, ids: Sequence[str]) -> "PackedIds":
+        """`ids` packed, or `ids` itself when they are packed already."""
+        return ids if isinstance(ids, PackedIds) else cls(ids)
+
+    @classmethod
     def from_encoded(cls, encoded: np.ndarray) -> "PackedIds":
         """The ids `encoded()` gave (as IDS_FILE stores them), without a str made for each."""
         packed = cls.__new__(cls)
@@ -162,14 +167,19 @@ def write_row_files(path: Path, names: Sequence[str], answers: Optional[dict] = 
     """Write the row names and their keys (and, given, the answers) into `path`; the files written."""
     if any("\n" in name or "\r" in name for name in names):
         raise ConceptIndexError("A name of the index holds a line break; clean the KB's names first.")
-    with open(path / ROW_NAMES_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
-        out.write("\n".join(names).encode("utf-8"))  # bytes as RowNames splits them, on every platform
+    _write_gzipped(path / ROW_NAMES_FILE, "\n".join(names).encode("utf-8"))  # bytes as RowNames splits them
     np.save(path / ROW_KEYS_FILE, np.array([name_hash(name) for name in names], dtype=np.uint64))
     if answers is None:
         return [ROW_NAMES_FILE, ROW_KEYS_FILE]
-    with open(path / ANSWERS_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
-        out.write(json.dumps(answers, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    _write_gzipped(path / ANSWERS_FILE, json.dumps(answers, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     return [ROW_NAMES_FILE, ROW_KEYS_FILE, ANSWERS_FILE]
+
+
+def _write_gzipped(path: Path, data: bytes) -> None:
+    """`data` gzip-compressed into `path`, without a timestamp (the same data, the same bytes) and
+    as bytes, so that no platform translates its line breaks."""
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+        out.write(data)
 
 
 def numbered_type_sets(types: Iterable[Tuple[str, ...]], count: int) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
@@ -729,12 +739,12 @@ class ConceptIndex:
                                           encoding="utf-8")
         files = [FAISS_FILE, ROWS_FILE, kb_file, CONCEPTS_FILE]
         if row_files:
-            scheme = self.meta.get("answer_scheme")
+            answers, scheme = None, self.meta.get("answer_scheme")
             if scheme:
                 from ..kb.schemes import scheme_answers
 
                 answers = scheme_answers(self.kb, scheme)
-            files += write_row_files(path, self.row_names(), answers if scheme else None)
+            files += write_row_files(path, self.row_names(), answers)
         elif self._row_files is not None:
             for name in self._row_files[1]:
                 _copy(self._row_files[0] / name, path / name)

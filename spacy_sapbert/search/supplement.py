@@ -49,8 +49,7 @@ def save_supplement(index: ConceptIndex, path: Union[str, Path]) -> Path:
     (path / CONCEPTS_FILE).write_text(json.dumps(concepts, ensure_ascii=False, separators=(",", ":")) + "\n",
                                       encoding="utf-8")
     # The ids packed (a load makes no str per concept: 20 MB less for the bundled supplement).
-    ids = index.concept_ids if isinstance(index.concept_ids, PackedIds) else PackedIds(index.concept_ids)
-    np.save(path / IDS_FILE, ids.encoded())
+    np.save(path / IDS_FILE, PackedIds.of(index.concept_ids).encoded())
     written = write_row_files(path, names)
     meta = {key: value for key, value in index.meta.items() if key != "files"}
     meta["files"] = file_records(path, [FAISS_FILE, ROWS_FILE, CONCEPTS_FILE, IDS_FILE, *written])
@@ -105,7 +104,7 @@ class SupplementedIndex:
             raise ConceptIndexError(f"{supplement.path}: its names, keys and rows disagree; rebuild the supplement.")
         # Each supplement concept's position among the concepts of both (-1: only it holds it),
         # found with the ids packed (PackedIds), which then stand for the supplement's list.
-        packed = supplement.concept_ids if isinstance(supplement.concept_ids, PackedIds) else PackedIds(supplement.concept_ids)
+        packed = PackedIds.of(supplement.concept_ids)
         supplement.concept_ids = packed
         main_ids = PackedIds(main.concept_ids)
         position = main_ids.positions(packed.encoded())
@@ -169,7 +168,7 @@ class SupplementedIndex:
     rows_named = ConceptIndex.rows_named
 
     def row_names(self) -> List[str]:
-        return self.main.row_names() + self.names.take(range(len(self.names)))
+        return self.main.row_names() + self.names.all()
 
     def set_ef_search(self, ef_search: int) -> None:
         self.main.set_ef_search(ef_search)
