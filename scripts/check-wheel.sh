@@ -3,7 +3,7 @@
 # default model's fp32 weights, which the gpu and train extras bring), checks that each is under
 # PyPI's 100 MB, and installs the runtime alone (no extras) into a fresh venv, as a user would,
 # against the pins of requirements.txt; then runs the README's Python snippet there. It
-# must link the sample right with neither torch, transformers, scikit-learn nor scispaCy imported.
+# must link the sample right with neither torch, transformers, scikit-learn, scipy nor scispaCy imported.
 # The venv's size is printed and held under 800 MB (DESIGN.md), which catches torch (700 MB and
 # more) or scispaCy's nmslib and scikit-learn (110 MB) coming back.
 set -euo pipefail
@@ -50,9 +50,9 @@ import spacy_sapbert
 assert "site-packages" in spacy_sapbert.__file__, spacy_sapbert.__file__
 for start in ("NIDDM D003924", "metformin D008687", "lactic acidosis D000140"):
     assert any(line.startswith(start) for line in printed), (start, printed)
-loaded = [name for name in ("torch", "transformers", "sklearn", "scispacy") if name in sys.modules]
+loaded = [name for name in ("torch", "transformers", "sklearn", "scipy", "scispacy") if name in sys.modules]
 assert not loaded, f"linking imported {loaded}"
-print("the README snippet linked the sample from the installed wheel without torch, transformers, scikit-learn or scispaCy")
+print("the README snippet linked the sample from the installed wheel without torch, transformers, scikit-learn, scipy or scispaCy")
 PY
 # The Quick start's command line, and one sentence naming the extra for what needs torch.
 linked=$("$work/venv/bin/spacy-sapbert" link "Patients with non-insulin-dependent diabetes mellitus (NIDDM) took metformin.")

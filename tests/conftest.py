@@ -18,7 +18,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 RUNTIME_ONLY = os.environ.get("SPACY_SAPBERT_RUNTIME_TESTS") == "1"
 # What the extras bring (setup.cfg's extras_require) and the tests' own tools beyond pytest.
 EXTRAS = {"torch", "transformers", "safetensors", "onnx", "ml_dtypes", "pytorch_metric_learning", "pykeen",
-          "peft", "accelerate", "confection", "drug_named_entity_recognition", "sklearn", "scispacy",
+          "peft", "accelerate", "confection", "drug_named_entity_recognition", "sklearn", "scipy", "scispacy",
           "pronto", "ray", "pyarrow", "matplotlib", "spacy_sapbert_model",
           # the training package (training/), never part of the runtime install
           "spacy_sapbert_training"}

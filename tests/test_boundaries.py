@@ -46,6 +46,14 @@ def test_no_runtime_module_names_training():
         assert not bad, (path, bad)
 
 
+def test_no_runtime_module_names_scipy():
+    """Linking needs no scipy (install_requires leaves it out; the hybrid score's sparse rows are
+    numpy's), so no runtime module may import it, even late."""
+    for path in RUNTIME.rglob("*.py"):
+        bad = [name for name in _imported(path) if name.split(".")[0] == "scipy"]
+        assert not bad, (path, bad)
+
+
 def test_data_preparation_does_not_import_the_harness():
     for path in (TRAINING / "data").rglob("*.py"):
         bad = [name for name in _imported(path) if name.startswith("spacy_sapbert_training.evaluation")]

@@ -295,7 +295,7 @@ class SapBERTLinker(Pipe):
             checked.add("abbreviations")
             if self.resolve_abbreviations and not self._detector_runs_first():
                 warnings.warn(f"{self.name} resolves abbreviations only after an abbreviation detector, and none runs "
-                              f"before it, so \"NIDDM\" is linked as written; add nlp.add_pipe(\"abbreviation_detector\", "
+                              f"before it, so a short form such as \"NIDDM\" is linked as written; add nlp.add_pipe(\"abbreviation_detector\", "
                               f"before=\"{self.name}\"), or set resolve_abbreviations to false.", UserWarning, stacklevel=users_line())
         if self.spans_key and "spans_key" not in checked and any(self.spans_key not in doc.spans for doc in docs):
             checked.add("spans_key")

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import scipy.sparse
 
 if TYPE_CHECKING:
     from ..search.index import ConceptIndex
@@ -35,13 +34,40 @@ def char_wb_ngrams(text: str, n: int = 3) -> List[str]:
     return grams
 
 
-def fit_char_tfidf(names: Sequence[str]) -> Tuple[Dict[str, int], np.ndarray, scipy.sparse.csr_matrix]:
+def fit_char_tfidf(names: Sequence[str]) -> Tuple[Dict[str, int], np.ndarray, "SparseRows"]:
     """(vocabulary, idf, unit name vectors) of `names`, bit for bit what scikit-learn's
     TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3), dtype=float32) fits (version 1.9:
     its arithmetic and its order of stored entries, which the sums of the hybrid score follow),
     so that first use needs no scikit-learn (tests/runtime/test_hybrid.py holds it to the original)."""
     vocabulary, idf, counts = fit_char_counts(names)
     return vocabulary, idf, counts.vectors(slice(None))
+
+
+class SparseRows:
+    """Rows of sparse vectors in CSR form (scipy's names: data, indices, indptr), as the hybrid
+    score needs them and no more, so that linking needs no scipy: rows are taken (`rows[[2, 0]]`,
+    each row's stored order kept) and paired (`_products`)."""
+
+    def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, width: int):
+        self.data, self.indices, self.indptr, self.width = data, indices, indptr, int(width)
+
+    @property
+    def shape(self) -> Tuple[int, int]:
+        return len(self.indptr) - 1, self.width
+
+    def __getitem__(self, rows) -> "SparseRows":
+        rows = np.asarray(rows, dtype=np.int64)
+        starts = self.indptr[rows].astype(np.int64)
+        lengths = self.indptr[rows + 1] - starts
+        entries = _ragged(starts, lengths)
+        pointers = np.concatenate([[0], np.cumsum(lengths)]).astype(self.indptr.dtype)
+        return SparseRows(self.data[entries], self.indices[entries], pointers, self.width)
+
+    def toarray(self) -> np.ndarray:
+        """The rows as a dense array."""
+        dense = np.zeros(self.shape, dtype=self.data.dtype)
+        dense[np.repeat(np.arange(self.shape[0]), np.diff(self.indptr)), self.indices] = self.data
+        return dense
 
 
 class NameCounts:
@@ -67,7 +93,7 @@ class NameCounts:
     def shape(self) -> Tuple[int, int]:
         return len(self.norms), len(self.idf)
 
-    def vectors(self, rows) -> scipy.sparse.csr_matrix:
+    def vectors(self, rows) -> SparseRows:
         """The unit tf-idf vectors of `rows` (an array of row numbers, or a slice), in the stored
         order: counts × idf in float32, divided in float64 by the row's norm (1 where it is 0).
         Only the rows' entries are read (the arrays may be memory-mapped)."""
@@ -80,8 +106,7 @@ class NameCounts:
         norms = self.norms[rows]
         divisor = np.repeat(np.where(norms == 0.0, 1.0, norms), lengths)
         pointers = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        return scipy.sparse.csr_matrix(((data.astype(np.float64) / divisor).astype(np.float32), columns, pointers),
-                                       shape=(len(rows), len(self.idf)))
+        return SparseRows((data.astype(np.float64) / divisor).astype(np.float32), columns, pointers, len(self.idf))
 
 
 def fit_char_counts(names: Sequence[str]) -> Tuple[Dict[str, int], np.ndarray, NameCounts]:
@@ -198,7 +223,7 @@ class HybridRescorer:
         self.vocabulary, self.idf, self.names = fit_char_counts(list(names))
 
     @property
-    def name_vectors(self) -> scipy.sparse.csr_matrix:
+    def name_vectors(self) -> SparseRows:
         """Every fitted name's unit tf-idf vector (fit_char_tfidf's), made when asked."""
         return self.names.vectors(slice(None))
 
@@ -242,7 +267,7 @@ class HybridRescorer:
                      takes="about a second for the bundled index", seconds=1)
         return loaded[-1]
 
-    def transform(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
+    def transform(self, texts: Sequence[str]) -> SparseRows:
         """Unit tf-idf vectors of `texts` (n-grams the names lack are dropped), as scikit-learn's
         fitted TfidfVectorizer gives them. Bit for bit, stored order included, what this gave when
         it was scipy's products (counts × idf, divided by the row norms), in a quarter of the time
@@ -261,12 +286,11 @@ class HybridRescorer:
         # Columns descending in each row, as scipy's diagonal product stored them: the sums of
         # `rescore` follow this order.
         order = np.lexsort((-columns, rows))
-        return scipy.sparse.csr_matrix((data[order], columns[order].astype(np.int32), starts.astype(np.int32)),
-                                       shape=(len(texts), width))
+        return SparseRows(data[order], columns[order].astype(np.int32), starts.astype(np.int32), width)
 
     def for_texts(self, texts: Sequence[str]) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
         """The `rescore` of ConceptIndex.search for queries embedding `texts`, in order."""
-        queries = self.transform(list(texts))
+        queries = _Paired(self.transform(list(texts)))
 
         def rescore(positions: np.ndarray, rows: np.ndarray, cosines: np.ndarray) -> np.ndarray:
             """positions: the block's queries (into `texts`); rows, cosines: (n, r) hits."""
@@ -275,20 +299,95 @@ class HybridRescorer:
             mentions = np.repeat(np.asarray(positions), rows.shape[1])
             fitted = flat < self.names.shape[0]
             if fitted.all():
-                sparse = _products(self.names.vectors(flat), queries[mentions])
+                sparse = queries.products(self.names.vectors(flat), mentions)
             else:  # rows beyond the fitted names (a supplement's): their names transformed now
                 sparse = np.zeros(len(flat), dtype=np.float32)
-                sparse[fitted] = _products(self.names.vectors(flat[fitted]), queries[mentions[fitted]])
-                sparse[~fitted] = _products(self.transform(self.more_names(flat[~fitted])), queries[mentions[~fitted]])
+                sparse[fitted] = queries.products(self.names.vectors(flat[fitted]), mentions[fitted])
+                sparse[~fitted] = queries.products(self.transform(self.more_names(flat[~fitted])), mentions[~fitted])
             sparse = sparse.reshape(rows.shape)
             return np.where(hit, (cosines + self.weight * sparse) / (1 + self.weight), -np.inf).astype(np.float32)
 
         return rescore
 
 
-def _products(names: scipy.sparse.csr_matrix, mentions: scipy.sparse.csr_matrix) -> np.ndarray:
-    """Each row's tf-idf cosine of name and mention (rows paired)."""
-    return np.asarray(names.multiply(mentions).sum(axis=1), dtype=np.float32).ravel()
+def _products(names: SparseRows, mentions: SparseRows) -> np.ndarray:
+    """Each row's tf-idf cosine of name and mention (rows paired), as `_Paired.products` gives it."""
+    return _Paired(mentions).products(names, np.arange(mentions.shape[0]))
+
+
+class _Paired:
+    """Mentions' tf-idf vectors, to pair with name rows: each name row's cosine with its mention's
+    vector is the sum of the products of the columns both hold, bit for bit as scipy's
+    names.multiply(mentions[rows]).sum(axis=1) summed them (tests/runtime/test_hybrid.py holds it
+    to scipy). scipy sums a row's nonzero products (`_row_sums`) in the order its element-wise
+    product left them: ascending columns where both matrices store every row's columns ascending,
+    else the name row's stored order reversed (its general product links a row's columns head
+    first). The mentions' values are looked up in a dense table of the mentions asked × the
+    columns they hold, a few MB, built per call (TABLE_CELLS bounds it; more mentions take turns)."""
+
+    TABLE_CELLS = 1 << 21
+
+    def __init__(self, mentions: SparseRows):
+        self.mentions = mentions
+        self.ascending = _ascending_rows(mentions, _row_numbers(mentions))
+
+    def products(self, names: SparseRows, mentions: np.ndarray) -> np.ndarray:
+        """The cosine of each name row with the vector of its mention (`mentions`, one a row)."""
+        mentions = np.asarray(mentions, dtype=np.int64)
+        asked, local = np.unique(mentions, return_inverse=True)  # each name row's mention, as numbered here
+        pointers = np.asarray(self.mentions.indptr, dtype=np.int64)
+        lengths = pointers[asked + 1] - pointers[asked]
+        spans = _ragged(pointers[asked], lengths)
+        columns, slots = np.unique(self.mentions.indices[spans], return_inverse=True)
+        # Each column's place in the table; columns no mention holds read its last column, of zeros.
+        slot = np.full(max(self.mentions.width, 1), len(columns), dtype=np.int32)
+        slot[columns] = np.arange(len(columns), dtype=np.int32)
+        width = len(columns) + 1
+        owners = np.repeat(np.arange(len(asked)), lengths)
+        row_lengths = np.diff(names.indptr)
+        name_slots = slot[names.indices]
+        values = np.empty(len(names.data), dtype=np.float32)
+        turn = max(1, self.TABLE_CELLS // width)
+        for first in range(0, len(asked), turn):  # mentions in turns, each turn's table a few MB
+            table = np.zeros((min(turn, len(asked) - first), width), dtype=np.float32)
+            mine = slice(*np.searchsorted(owners, [first, first + len(table)]))
+            table[owners[mine] - first, slots.ravel()[mine]] = self.mentions.data[spans[mine]]
+            if len(table) == len(asked):  # one turn: every row's
+                values = table.ravel()[np.repeat((local * width).astype(np.int32), row_lengths) + name_slots]
+                break
+            in_turn = (local >= first) & (local < first + len(table))
+            entries = np.repeat(in_turn, row_lengths)
+            offsets = np.repeat((np.where(in_turn, local - first, 0) * width).astype(np.int32), row_lengths)
+            values[entries] = table.ravel()[(offsets + name_slots)[entries]]
+        products = names.data * values
+        backwards = not (self.ascending[mentions].all() and _ascending_rows(names, _row_numbers(names)).all())
+        if backwards:  # each row's products reversed (and the rows too: one sum a row either way)
+            products, row_lengths = products[::-1], row_lengths[::-1]
+        nonzero = products != 0
+        products = products[nonzero]
+        counts = np.zeros(len(row_lengths), dtype=np.int64)
+        filled = np.flatnonzero(row_lengths)
+        if len(filled):
+            counts[filled] = np.add.reduceat(nonzero, np.concatenate([[0], np.cumsum(row_lengths)[:-1]])[filled])
+        sums = np.zeros(len(row_lengths), dtype=np.float32)
+        summed = np.flatnonzero(counts)
+        if len(summed):
+            sums[summed] = np.add.reduceat(products, (np.cumsum(counts) - counts)[summed])
+        return sums[::-1].copy() if backwards else sums
+
+
+def _row_numbers(rows: SparseRows) -> np.ndarray:
+    """The row of each stored entry."""
+    return np.repeat(np.arange(rows.shape[0], dtype=np.int64), np.diff(rows.indptr))
+
+
+def _ascending_rows(rows: SparseRows, numbers: np.ndarray) -> np.ndarray:
+    """Whether each row stores its columns strictly ascending (scipy's canonical format)."""
+    ascending = np.ones(rows.shape[0], dtype=bool)
+    steps = np.diff(rows.indices.astype(np.int64))
+    within = numbers[1:] == numbers[:-1]
+    ascending[numbers[1:][within & (steps <= 0)]] = False
+    return ascending
 
 
 def _row_sums(values: np.ndarray, starts: np.ndarray) -> np.ndarray:

@@ -171,3 +171,39 @@ def test_rows_made_from_the_counts_are_the_fitted_vectors_bit_for_bit(names, row
     made, expected = counts.vectors(rows), vectors[rows]
     for a, b in ((made.indptr, expected.indptr), (made.indices, expected.indices), (made.data, expected.data)):
         assert np.array_equal(a, b) and a.dtype == b.dtype
+
+
+def _random_rows(draw, rows: int, width: int, ascending: bool):
+    from spacy_sapbert.ranking.hybrid import SparseRows
+
+    data, columns, pointers = [], [], [0]
+    for _ in range(rows):
+        chosen = draw(st.lists(st.integers(0, width - 1), unique=True, max_size=width))
+        columns += sorted(chosen) if ascending else chosen
+        data += draw(st.lists(st.floats(2.0 ** -10, 1.0, width=32), min_size=len(chosen), max_size=len(chosen)))
+        pointers.append(len(columns))
+    return SparseRows(np.array(data, dtype=np.float32), np.array(columns, dtype=np.int32),
+                      np.array(pointers, dtype=np.int32), width)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.integers(1, 6), st.integers(1, 40), st.booleans(), st.booleans(), st.sampled_from([1 << 21, 5]))
+def test_paired_products_are_scipys_bit_for_bit(data, rows, width, names_ascending, mentions_ascending, cells):
+    """The hybrid score's sums, made without scipy, are what scipy's names.multiply(mentions)
+    .sum(axis=1) gave, bit for bit: its order of summing depends on whether both store their
+    columns ascending, and float sums on their order (the dev mentions' kb_ents were compared too)."""
+    import scipy.sparse
+
+    from spacy_sapbert.ranking.hybrid import _Paired, _products
+
+    names = _random_rows(data.draw, rows, width, names_ascending)
+    mentions = _random_rows(data.draw, rows, width, mentions_ascending)
+    theirs = [scipy.sparse.csr_matrix((r.data, r.indices, r.indptr), shape=r.shape) for r in (names, mentions)]
+    expected = np.asarray(theirs[0].multiply(theirs[1]).sum(axis=1), dtype=np.float32).ravel()
+    _Paired.TABLE_CELLS, default = cells, _Paired.TABLE_CELLS  # 5: the mentions' table made in turns
+    try:
+        ours = _products(names, mentions)
+    finally:
+        _Paired.TABLE_CELLS = default
+    assert ours.dtype == np.float32 and np.array_equal(ours.view(np.uint32), expected.view(np.uint32))
+    assert np.array_equal(names[np.arange(rows)[::-1]].toarray(), theirs[0][np.arange(rows)[::-1]].toarray())
