@@ -88,6 +88,7 @@ def make_sapbert_linker(
     attributes: Dict[str, str],
     parenthetical_labels: List[str],
     short_form_entities: bool,
+    drop_unlinked: bool,
 ) -> "SapBERTLinker":
     """Create the linker; it loads nothing until `initialize`, `from_disk` or first use, which
     also check the encoder's and the index's sources.
@@ -101,7 +102,8 @@ def make_sapbert_linker(
                                    no_definition_threshold=no_definition_threshold, cache_size=cache_size)
     settings = PipeSettings(resolve_abbreviations=resolve_abbreviations, labels=labels, label_types=label_types,
                             spans_key=spans_key, batch_size=batch_size, attributes=attributes,
-                            parenthetical_labels=parenthetical_labels, short_form_entities=short_form_entities)
+                            parenthetical_labels=parenthetical_labels, short_form_entities=short_form_entities,
+                            drop_unlinked=drop_unlinked)
     linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, scoring=scoring, scorer=scorer,
                            candidates=candidates, settings=settings)
     linker.nlp = nlp
@@ -148,6 +150,7 @@ class SapBERTLinker(Pipe):
     batch_size = Setting("pipe_settings")
     parenthetical_labels = Setting("pipe_settings")
     short_form_entities = Setting("pipe_settings")
+    drop_unlinked = Setting("pipe_settings")
     sparse_weight = Setting("scoring")
     marginal_tau = Setting("scoring")
     exact_first = Setting("scoring")
@@ -373,6 +376,10 @@ class SapBERTLinker(Pipe):
         """Set `kb_id_`, then the Span extensions (in that order: a span's extension values
         are keyed by its kb_id, so setting them first would lose them)."""
         for doc, (ents, doc_candidates) in zip(docs, predicted):
+            if self.drop_unlinked:  # an entity this pipe links that found no concept above the threshold goes
+                kept = [found is None or bool(found[0]) for found in doc_candidates]
+                ents = [ent for ent, keep in zip(ents, kept) if keep]
+                doc_candidates = [found for found, keep in zip(doc_candidates, kept) if keep]
             spans = [ent if found is None else Span(doc, ent.start, ent.end, label=ent.label,
                                                      kb_id=found[0][0][0] if found[0] else "")
                      for ent, found in zip(ents, doc_candidates)]

@@ -53,6 +53,29 @@ def test_threshold_gives_nil(tiny_model, tiny_index_dir):
     assert (ent._.cui, ent._.cui_score, ent.kb_id_) == ("D009369", 1.0, "D009369") and ent._.nil_kb_ents == []
 
 
+def test_drop_unlinked_removes_the_entities_left_nil(tiny_model, tiny_index_dir):
+    """drop_unlinked: an entity of a linked label with no concept above the threshold leaves doc.ents
+    (or the span group); linked entities and those of labels the pipe does not link stay."""
+    from spacy.tokens import Span
+
+    config = {"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 1.0,
+              "labels": ["Disease"], "drop_unlinked": True}
+    text = TEXT + " Sore feet followed."  # no name of the tiny KB: below 1.0; the others are names (1.0)
+    nlp = ruler_nlp(DEMO_PATTERNS + [("Disease", "sore feet"), ("Chemical", "patients")])
+    linker = nlp.add_pipe("sapbert_linker", config=config)
+    kept = [e.text for e in nlp(text).ents]
+    linker.drop_unlinked = False
+    every = nlp(text).ents
+    assert "Sore feet" in [e.text for e in every] and not [e for e in every if e.text == "Sore feet"][0]._.cui
+    assert kept == [e.text for e in every if e.text != "Sore feet"]
+    assert "Patients" in kept and "metformin" in kept  # Chemical: not a label this pipe links
+    grouped = spacy.blank("en")
+    group_linker = grouped.add_pipe("sapbert_linker", config={**config, "spans_key": "mentions"})
+    doc = grouped.make_doc(text)
+    doc.spans["mentions"] = [Span(doc, e.start, e.end, e.label_) for e in every]
+    assert [s.text for s in group_linker(doc).spans["mentions"]] == kept
+
+
 def test_only_configured_labels_are_linked(tiny_model, tiny_index_dir):
     nlp = ruler_nlp(DEMO_PATTERNS)
     nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "labels": ["Chemical"]})

@@ -152,21 +152,25 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
         doc.ents = filter_spans([span for span in spans if span is not None])
         made.append([(span.start_char, span.end_char) if span is not None else None for span in spans])
         docs.append(doc)
-    with nlp.select_pipes(disable=ner):
-        for doc_id, doc, bounds in zip(ids, nlp.pipe(docs, batch_size=batch_size), made):
-            linked = {(ent.start_char, ent.end_char): ent._.cui for ent in doc.ents}
-            top = {(ent.start_char, ent.end_char): ent._.cui or next(iter(c for c, _ in ent._.get(nil_attr) or ()), None)
-                   for ent in doc.ents}
-            for (_, _, label, gold_ids), bound in zip(gold.get(doc_id, []), bounds):
-                if not gold_ids:
-                    continue
-                found = [linker.resolve_id(g) for g in gold_ids]
-                resolved = {f or g for f, g in zip(found, gold_ids)}
-                reachable = any(found)
-                for group in ("all", "reachable") if reachable else ("all",):
-                    counts[(label.lower(), group, "n")] += 1
-                    counts[(label.lower(), group, "right")] += top.get(bound) in resolved
-                    counts[(label.lower(), group, "linked")] += linked.get(bound) in resolved
+    dropping, linker.drop_unlinked = linker.drop_unlinked, False  # every gold span stays, NIL or not
+    try:
+        with nlp.select_pipes(disable=ner):
+            for doc_id, doc, bounds in zip(ids, nlp.pipe(docs, batch_size=batch_size), made):
+                linked = {(ent.start_char, ent.end_char): ent._.cui for ent in doc.ents}
+                top = {(ent.start_char, ent.end_char): ent._.cui or next(iter(c for c, _ in ent._.get(nil_attr) or ()), None)
+                       for ent in doc.ents}
+                for (_, _, label, gold_ids), bound in zip(gold.get(doc_id, []), bounds):
+                    if not gold_ids:
+                        continue
+                    found = [linker.resolve_id(g) for g in gold_ids]
+                    resolved = {f or g for f, g in zip(found, gold_ids)}
+                    reachable = any(found)
+                    for group in ("all", "reachable") if reachable else ("all",):
+                        counts[(label.lower(), group, "n")] += 1
+                        counts[(label.lower(), group, "right")] += top.get(bound) in resolved
+                        counts[(label.lower(), group, "linked")] += linked.get(bound) in resolved
+    finally:
+        linker.drop_unlinked = dropping
     result: dict = {"dataset": corpus, "split": split, "documents": len(ids)}
     for label in sorted({label for label, _, _ in counts}):
         n, n_reachable = max(counts[(label, "all", "n")], 1), max(counts[(label, "reachable", "n")], 1)
