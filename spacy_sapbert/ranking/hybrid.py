@@ -56,10 +56,7 @@ class SparseRows:
         return len(self.indptr) - 1, self.width
 
     def __getitem__(self, rows) -> "SparseRows":
-        rows = np.asarray(rows, dtype=np.int64)
-        starts = self.indptr[rows].astype(np.int64)
-        lengths = self.indptr[rows + 1] - starts
-        entries = _ragged(starts, lengths)
+        entries, lengths = _row_entries(self.indptr, np.asarray(rows, dtype=np.int64))
         pointers = np.concatenate([[0], np.cumsum(lengths)]).astype(self.indptr.dtype)
         return SparseRows(self.data[entries], self.indices[entries], pointers, self.width)
 
@@ -98,9 +95,7 @@ class NameCounts:
         order: counts × idf in float32, divided in float64 by the row's norm (1 where it is 0).
         Only the rows' entries are read (the arrays may be memory-mapped)."""
         rows = np.arange(len(self.norms))[rows] if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
-        starts = np.asarray(self.pointers[rows], dtype=np.int64)
-        lengths = np.asarray(self.pointers[rows + 1], dtype=np.int64) - starts
-        entries = _ragged(starts, lengths)
+        entries, lengths = _row_entries(self.pointers, rows)
         columns = self.columns[entries].astype(np.int32)
         data = self.counts[entries].astype(np.float32) * self.idf[columns]
         norms = self.norms[rows]
@@ -335,9 +330,7 @@ class _Paired:
         """The cosine of each name row with the vector of its mention (`mentions`, one a row)."""
         mentions = np.asarray(mentions, dtype=np.int64)
         asked, local = np.unique(mentions, return_inverse=True)  # each name row's mention, as numbered here
-        pointers = np.asarray(self.mentions.indptr, dtype=np.int64)
-        lengths = pointers[asked + 1] - pointers[asked]
-        spans = _ragged(pointers[asked], lengths)
+        spans, lengths = _row_entries(self.mentions.indptr, asked)
         columns, slots = np.unique(self.mentions.indices[spans], return_inverse=True)
         # Each column's place in the table; columns no mention holds read its last column, of zeros.
         slot = np.full(max(self.mentions.width, 1), len(columns), dtype=np.int32)
@@ -363,17 +356,18 @@ class _Paired:
         backwards = not (self.ascending[mentions].all() and _ascending_rows(names, _row_numbers(names)).all())
         if backwards:  # each row's products reversed (and the rows too: one sum a row either way)
             products, row_lengths = products[::-1], row_lengths[::-1]
+        # Only the nonzero products are summed, as scipy stores them: each row's start among them.
         nonzero = products != 0
-        products = products[nonzero]
-        counts = np.zeros(len(row_lengths), dtype=np.int64)
-        filled = np.flatnonzero(row_lengths)
-        if len(filled):
-            counts[filled] = np.add.reduceat(nonzero, np.concatenate([[0], np.cumsum(row_lengths)[:-1]])[filled])
-        sums = np.zeros(len(row_lengths), dtype=np.float32)
-        summed = np.flatnonzero(counts)
-        if len(summed):
-            sums[summed] = np.add.reduceat(products, (np.cumsum(counts) - counts)[summed])
+        starts = np.concatenate([[0], np.cumsum(nonzero)])[np.concatenate([[0], np.cumsum(row_lengths)])]
+        sums = _row_sums(products[nonzero], starts)
         return sums[::-1].copy() if backwards else sums
+
+
+def _row_entries(pointers: np.ndarray, rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The stored entries of `rows` (CSR `pointers`), one row after another, and each row's length."""
+    starts = np.asarray(pointers[rows], dtype=np.int64)
+    lengths = np.asarray(pointers[rows + 1], dtype=np.int64) - starts
+    return _ragged(starts, lengths), lengths
 
 
 def _row_numbers(rows: SparseRows) -> np.ndarray:
