@@ -163,6 +163,8 @@ class SupplementedIndex:
     def row_keys(self) -> np.ndarray:
         if getattr(self, "_row_keys", None) is None:
             self._row_keys = np.concatenate([self.main.row_keys(), self._keys])
+            # The parts become views of the whole, so the keys are held once.
+            self.main._row_keys, self._keys = self._row_keys[:len(self.main)], self._row_keys[len(self.main):]
         return self._row_keys
 
     rows_named = ConceptIndex.rows_named

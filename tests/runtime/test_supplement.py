@@ -53,6 +53,19 @@ def test_the_supplement_adds_concepts_and_names(tiny_model, supplemented_dir):
     assert pipe.resolve_id(ASPIRIN) == ASPIRIN
 
 
+def test_the_keys_of_both_are_held_once(tiny_model, supplemented_dir):
+    from spacy_sapbert.kb.concepts import name_hash
+
+    _, pipe = demo_linker(tiny_model, supplemented_dir)
+    index = pipe.generator.index
+    keys = index.row_keys()
+    assert list(keys) == [name_hash(n) for n in index.main.row_names()] + [name_hash(n) for n in index.names.all()]
+    # The main index's keys and the supplement's are views of the whole, not copies of it.
+    assert np.shares_memory(index.main.row_keys(), keys) and np.shares_memory(index._keys, keys)
+    for row in range(len(index)):
+        assert row in index.rows_named(int(keys[row]))
+
+
 def test_links_the_index_holds_are_unchanged(tiny_model, supplemented_dir):
     """Mentions whose rows are all the index's own link as without the supplement."""
     with_it = demo_linker(tiny_model, supplemented_dir, k=5)[0]
