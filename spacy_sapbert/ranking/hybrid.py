@@ -293,16 +293,29 @@ class HybridRescorer:
             flat = np.where(hit, rows, 0).ravel()
             mentions = np.repeat(np.asarray(positions), rows.shape[1])
             fitted = flat < self.names.shape[0]
-            if fitted.all():
-                sparse = queries.products(self.names.vectors(flat), mentions)
-            else:  # rows beyond the fitted names (a supplement's): their names transformed now
-                sparse = np.zeros(len(flat), dtype=np.float32)
-                sparse[fitted] = queries.products(self.names.vectors(flat[fitted]), mentions[fitted])
-                sparse[~fitted] = queries.products(self.transform(self.more_names(flat[~fitted])), mentions[~fitted])
+            sparse = np.zeros(len(flat), dtype=np.float32)
+            sparse[fitted] = self._in_parts(queries, flat[fitted], mentions[fitted], self.names.vectors)
+            if not fitted.all():  # rows beyond the fitted names (a supplement's): their names transformed now
+                sparse[~fitted] = self._in_parts(queries, flat[~fitted], mentions[~fitted],
+                                                 lambda rows: self.transform(self.more_names(rows)))
             sparse = sparse.reshape(rows.shape)
             return np.where(hit, (cosines + self.weight * sparse) / (1 + self.weight), -np.inf).astype(np.float32)
 
         return rescore
+
+    PART_ROWS = 4096
+
+    def _in_parts(self, queries: "_Paired", rows: np.ndarray, mentions: np.ndarray,
+                  vectors: Callable[[np.ndarray], "SparseRows"]) -> np.ndarray:
+        """queries.products of the names of `rows` (made by `vectors`) with `mentions`, in parts
+        of PART_ROWS rows, so that a large batch's hits do not hold their vectors all at once
+        (30 MB at the peak of a batch of 256 abstracts). Each row's sum runs in the order the
+        whole call would give it: where some mention is stored backwards, every part's is."""
+        if len(rows) <= self.PART_ROWS or not queries.backwards_for(mentions):
+            return queries.products(vectors(rows), mentions)
+        parts = [queries.products(vectors(rows[i : i + self.PART_ROWS]), mentions[i : i + self.PART_ROWS],
+                                  backwards=True) for i in range(0, len(rows), self.PART_ROWS)]
+        return np.concatenate(parts)
 
 
 def _products(names: SparseRows, mentions: SparseRows) -> np.ndarray:
@@ -326,8 +339,14 @@ class _Paired:
         self.mentions = mentions
         self.ascending = _ascending_rows(mentions, _row_numbers(mentions))
 
-    def products(self, names: SparseRows, mentions: np.ndarray) -> np.ndarray:
-        """The cosine of each name row with the vector of its mention (`mentions`, one a row)."""
+    def backwards_for(self, mentions: np.ndarray) -> bool:
+        """Whether products sums every row backwards for these mentions, whatever the names
+        (some mention's columns are not stored ascending)."""
+        return not self.ascending[np.asarray(mentions, dtype=np.int64)].all()
+
+    def products(self, names: SparseRows, mentions: np.ndarray, backwards: Optional[bool] = None) -> np.ndarray:
+        """The cosine of each name row with the vector of its mention (`mentions`, one a row).
+        backwards: the order of each row's sum, as worked out for a larger call (None: this one's)."""
         mentions = np.asarray(mentions, dtype=np.int64)
         asked, local = np.unique(mentions, return_inverse=True)  # each name row's mention, as numbered here
         spans, lengths = _row_entries(self.mentions.indptr, asked)
@@ -353,7 +372,8 @@ class _Paired:
             offsets = np.repeat((np.where(in_turn, local - first, 0) * width).astype(np.int32), row_lengths)
             values[entries] = table.ravel()[(offsets + name_slots)[entries]]
         products = names.data * values
-        backwards = not (self.ascending[mentions].all() and _ascending_rows(names, _row_numbers(names)).all())
+        if backwards is None:
+            backwards = self.backwards_for(mentions) or not _ascending_rows(names, _row_numbers(names)).all()
         if backwards:  # each row's products reversed (and the rows too: one sum a row either way)
             products, row_lengths = products[::-1], row_lengths[::-1]
         # Only the nonzero products are summed, as scipy stores them: each row's start among them.

@@ -207,3 +207,23 @@ def test_paired_products_are_scipys_bit_for_bit(data, rows, width, names_ascendi
         _Paired.TABLE_CELLS = default
     assert ours.dtype == np.float32 and np.array_equal(ours.view(np.uint32), expected.view(np.uint32))
     assert np.array_equal(names[np.arange(rows)[::-1]].toarray(), theirs[0][np.arange(rows)[::-1]].toarray())
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text(alphabet="abc é", min_size=1, max_size=40).filter(lambda text: text.split()), min_size=2,
+                max_size=12), st.lists(st.text(alphabet="abc é", min_size=1, max_size=40), min_size=1, max_size=6),
+       st.integers(1, 9), st.integers(0, 2**32 - 1))
+def test_a_batchs_hits_rescored_in_parts_score_what_they_score_at_once(names, texts, part, seed):
+    """A large batch's hits are rescored in parts (PART_ROWS), each row's score bit for bit what
+    one call over every hit gives, rows past the fitted names (a supplement's) included."""
+    fitted = max(1, len(names) - 2)
+    rescorer = HybridRescorer(names[:fitted], weight=0.5)
+    rescorer.more_names = lambda rows: [names[r] for r in rows]
+    random = np.random.default_rng(seed)
+    rows = random.integers(-1, len(names), size=(len(texts), 5))
+    cosines = random.random((len(texts), 5), dtype=np.float32)
+    positions = np.arange(len(texts))[::-1].copy()
+    at_once = rescorer.for_texts(texts)(positions, rows, cosines)
+    rescorer.PART_ROWS = part
+    in_parts = rescorer.for_texts(texts)(positions, rows, cosines)
+    assert np.array_equal(at_once.view(np.uint32), in_parts.view(np.uint32))
