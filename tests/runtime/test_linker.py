@@ -855,3 +855,34 @@ def test_the_pipe_round_trips_through_bytes_and_honours_exclude(tiny_model, tiny
         made().get_pipe("sapbert_linker").from_disk(tmp_path / "no-index")
     pipe.to_disk(tmp_path / "nothing", exclude=SERIALIZED)
     assert list((tmp_path / "nothing").iterdir()) == []
+
+
+@pytest.mark.parametrize("was_enabled", [True, False])
+def test_the_cycle_collector_is_as_it_was_after_a_load(tiny_model, tiny_index_dir, was_enabled, monkeypatch):
+    """Loading runs with Python's cycle collector off (its full collections took a fifth of a
+    cold start), and leaves it as the user had it, after a failed load too."""
+    import gc
+
+    from spacy_sapbert.candidates import CandidateGenerator
+
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)},
+                                                    "index": {"index": str(tiny_index_dir)}})
+    seen = []
+    load = CandidateGenerator.load.__func__
+
+    def watched(cls, *args, **kwargs):
+        seen.append(gc.isenabled())
+        return load(cls, *args, **kwargs)
+
+    monkeypatch.setattr(CandidateGenerator, "load", classmethod(watched))
+    (gc.enable if was_enabled else gc.disable)()
+    try:
+        linker.initialize()
+        assert seen == [False] and gc.isenabled() is was_enabled
+        monkeypatch.setattr(CandidateGenerator, "load", classmethod(lambda cls, *a, **k: 1 / 0))
+        with pytest.raises(ZeroDivisionError):
+            linker.initialize()
+        assert gc.isenabled() is was_enabled
+    finally:
+        gc.enable()
