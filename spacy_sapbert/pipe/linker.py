@@ -18,7 +18,8 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
 from spacy.util import minibatch, registry
 
-from ..mentions.abbreviations import follow_long_forms, linked_text, long_forms, short_form_entities
+from ..mentions.abbreviations import (follow_long_forms, linked_text, long_forms, repeated_entities,
+                                      short_form_entities)
 from ..candidates import CandidateGenerator, Candidates, CandidateSettings, Mention, Scoring
 from ..encoders.base import in_window
 from ..mentions.parenthetical import share_parentheticals
@@ -90,6 +91,7 @@ def make_sapbert_linker(
     attributes: Dict[str, str],
     parenthetical_labels: List[str],
     short_form_entities: bool,
+    repeated_entities: bool,
     drop_unlinked: bool,
 ) -> "SapBERTLinker":
     """Create the linker; it loads nothing until `initialize`, `from_disk` or first use, which
@@ -105,7 +107,7 @@ def make_sapbert_linker(
     settings = PipeSettings(resolve_abbreviations=resolve_abbreviations, labels=labels, label_types=label_types,
                             spans_key=spans_key, batch_size=batch_size, attributes=attributes,
                             parenthetical_labels=parenthetical_labels, short_form_entities=short_form_entities,
-                            drop_unlinked=drop_unlinked)
+                            repeated_entities=repeated_entities, drop_unlinked=drop_unlinked)
     linker = SapBERTLinker(nlp.vocab, name, encoder=encoder, index=index, scoring=scoring, scorer=scorer,
                            candidates=candidates, settings=settings)
     linker.nlp = nlp
@@ -167,6 +169,7 @@ class SapBERTLinker(Pipe):
     batch_size = Setting("pipe_settings")
     parenthetical_labels = Setting("pipe_settings")
     short_form_entities = Setting("pipe_settings")
+    repeated_entities = Setting("pipe_settings")
     drop_unlinked = Setting("pipe_settings")
     sparse_weight = Setting("scoring")
     marginal_tau = Setting("scoring")
@@ -337,6 +340,8 @@ class SapBERTLinker(Pipe):
         """The entities to annotate (put right by the long forms where asked) and, for each, the
         mention it is linked as (text, type prefixes), or None when its label is not linked."""
         spans = doc.spans.get(self.spans_key, []) if self.spans_key else doc.ents
+        if self.repeated_entities:
+            spans = repeated_entities(spans)
         generator = self._loaded()
         forms = (long_forms(doc, missed=self._detector_runs_first(), entities=spans, is_name=generator.holds_name)
                  if self.resolve_abbreviations else {})

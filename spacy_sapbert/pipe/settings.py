@@ -43,6 +43,11 @@ class PipeSettings:
         wherever else the text uses it and no entity overlaps it: an NER that tags
         "grape seed proanthocyanidin extract (GSPE)" often misses the later "GSPE"s
         (mentions.abbreviations.short_form_entities). false: the NER's entities only.
+    repeated_entities: an entity's text (at least 5 characters, as written) becomes an entity of
+        its label wherever else the document writes it and no entity overlaps it, unless the
+        document's entities give it two labels (mentions.abbreviations.repeated_entities). The
+        bundled pipeline sets it (docs/results.md: span F1 on held-out train folds); false keeps
+        the NER's entities, as scispaCy's linker does.
     drop_unlinked: an entity of a label this pipe links whose best concept scores below
         `threshold` is removed (from doc.ents, or the span group) instead of kept as a NIL
         entity: the linker as a second opinion on an NER that tags what no concept names. The
@@ -58,6 +63,7 @@ class PipeSettings:
     attributes: Dict[str, str] = field(default_factory=lambda: dict(ATTRIBUTES))
     parenthetical_labels: List[str] = field(default_factory=lambda: ["Chemical"])
     short_form_entities: bool = True
+    repeated_entities: bool = False
     drop_unlinked: bool = False
 
     def __post_init__(self) -> None:

@@ -408,3 +408,28 @@ def test_a_short_form_tagged_where_defined_is_tagged_again_but_never_over_anothe
             spacy.tokens.Span(doc, arf[2], arf[2] + 2, label="Disease")]  # "ARF syndrome"
     got = short_form_entities(ents, {"ARF": doc[0:3]})
     assert [(e.start, e.text) for e in got] == [(arf[0], "ARF"), (arf[1], "ARF"), (arf[2], "ARF syndrome")]
+
+
+def test_an_entitys_text_becomes_an_entity_wherever_the_document_repeats_it():
+    from spacy_sapbert.mentions.abbreviations import repeated_entities
+
+    doc = spacy.blank("en")("Cisplatin caused lactic acidosis; cisplatin, then Cisplatin again; acidosis and lactic acidosis.")
+    ents = _entities(doc, ("Cisplatin", "Chemical"), ("lactic acidosis", "Disease"))
+    ents.append(doc.char_span(doc.text.index("; acidosis") + 2, doc.text.index("; acidosis") + 10, label="Disease"))
+    got = [(e.start_char, e.text, e.label_) for e in repeated_entities(ents)]
+    later = doc.text.rindex("lactic acidosis")
+    assert got == [(0, "Cisplatin", "Chemical"), (17, "lactic acidosis", "Disease"),
+                   (doc.text.index("Cisplatin again"), "Cisplatin", "Chemical"),  # as written: "cisplatin" is not it
+                   (doc.text.index("; acidosis") + 2, "acidosis", "Disease"),
+                   (later, "lactic acidosis", "Disease")]  # the longer text first, not "acidosis" inside it
+
+
+def test_short_texts_and_texts_of_two_labels_are_not_repeated():
+    from spacy_sapbert.mentions.abbreviations import repeated_entities
+
+    doc = spacy.blank("en")("Iron and Na, then Iron and Na; codeine or codeine.")
+    at = [i for i, token in enumerate(doc) if token.text in ("Iron", "Na", "codeine")]  # Iron Na Iron Na codeine codeine
+    spans = [spacy.tokens.Span(doc, at[i], at[i] + 1, label=label)
+             for i, label in [(0, "Chemical"), (1, "Chemical"), (4, "Chemical"), (5, "Disease")]]
+    assert repeated_entities(spans) == spans  # "Iron", "Na": under 5 characters; "codeine": two labels
+    assert [e.start for e in repeated_entities(spans, min_chars=4)] == [at[0], at[1], at[2], at[4], at[5]]

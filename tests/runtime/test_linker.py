@@ -250,6 +250,32 @@ def test_default_model_and_index_link_out_of_the_box():
     assert links["metformin"] == "D008687" and links["cisplatin"] == "D002945"
     assert links["hypertension"] == "D006973"
     assert nlp.get_pipe("sapbert_linker").kb.cui_to_entity["D008687"].canonical_name == "Metformin"
+    linker = nlp.get_pipe("sapbert_linker")  # the bundled NER's rules, chosen on its held-out folds
+    assert linker.drop_unlinked and linker.repeated_entities
+
+
+def test_an_entitys_text_repeated_in_the_document_is_linked_there_too(tiny_model, tiny_index_dir):
+    """An NER that tagged "metformin" once: with repeated_entities its other uses become
+    entities of its label and link to its concept; false (the default) keeps the NER's entities."""
+    from spacy.language import Language
+
+    if "first_metformin_only" not in Language.factories:
+        @Language.component("first_metformin_only")
+        def first_metformin_only(doc):
+            first = next(i for i, token in enumerate(doc) if token.text == "metformin")
+            doc.ents = [Span(doc, first, first + 1, label="Chemical")]
+            return doc
+
+    text = "Patients took metformin; metformin was stopped, and Metformin-treated rats were well."
+    for on in (True, False):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("first_metformin_only")
+        nlp.add_pipe("sapbert_linker", config={"encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)},
+                                               "threshold": 0.0, "resolve_abbreviations": False,
+                                               **({"repeated_entities": True} if on else {})})
+        doc = nlp(text)
+        assert [e.text for e in doc.ents] == (["metformin", "metformin"] if on else ["metformin"])  # case kept
+        assert {e._.cui for e in doc.ents} == {"D008687"}
 
 
 def _cached_nlp(tiny_model, tiny_index_dir, cache_size, **config):

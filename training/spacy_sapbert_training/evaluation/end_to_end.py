@@ -152,7 +152,9 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
         doc.ents = filter_spans([span for span in spans if span is not None])
         made.append([(span.start_char, span.end_char) if span is not None else None for span in spans])
         docs.append(doc)
-    dropping, linker.drop_unlinked = linker.drop_unlinked, False  # every gold span stays, NIL or not
+    # Every gold span stays, NIL or not, and is the only entity (no repeats of its text added).
+    dropping, linker.drop_unlinked = linker.drop_unlinked, False
+    repeating, linker.repeated_entities = linker.repeated_entities, False
     try:
         with nlp.select_pipes(disable=ner):
             for doc_id, doc, bounds in zip(ids, nlp.pipe(docs, batch_size=batch_size), made):
@@ -170,7 +172,7 @@ def evaluate_gold_spans(nlp, split: str, data_dir: Path, batch_size: int = 64, f
                         counts[(label.lower(), group, "right")] += top.get(bound) in resolved
                         counts[(label.lower(), group, "linked")] += linked.get(bound) in resolved
     finally:
-        linker.drop_unlinked = dropping
+        linker.drop_unlinked, linker.repeated_entities = dropping, repeating
     result: dict = {"dataset": corpus, "split": split, "documents": len(ids)}
     for label in sorted({label for label, _, _ in counts}):
         n, n_reachable = max(counts[(label, "all", "n")], 1), max(counts[(label, "reachable", "n")], 1)

@@ -291,10 +291,8 @@ def evaluate_command(
     names_precision: str = typer.Option(
         "fp32", "--names-precision", help="Name encoding (system model): fp32 (exact), or int8, as build-index "
         "--precision int8 embeds a KB: 5x faster for big dictionaries (BC5CDR-chemical's 542k names)."),
-    training_precedence: bool = typer.Option(
-        True, "--training-precedence/--no-training-precedence",
-        help="Leave a name the training mentions give a concept to it (ties then follow the corpus, not row order).",
-    ),
+    training_precedence: bool = typer.Option(True, "--training-precedence/--no-training-precedence", help="Leave a name the "
+                                             "training mentions give a concept to it (ties then follow the corpus, not row order)."),
     sparse_weight: Optional[float] = typer.Option(
         None, "--sparse-weight", help="Hybrid score: dense + this × char 3-gram tf-idf (system model); "
         "default: the weight the model was trained with, else 0 (dense only).",
@@ -326,11 +324,13 @@ def evaluate_command(
                                "auto (what the index records), '' (each concept's own), or id patterns, comma-separated."),
     ner: Optional[str] = typer.Option(None, "--ner", help="--end-to-end: a spaCy pipeline whose NER sets doc.ents, not the bundled one."),
     drop_unlinked: Optional[bool] = typer.Option(None, "--drop-unlinked/--keep-unlinked", help="--end-to-end: drop the entities the linker leaves NIL (default: with the bundled NER only)."),
+    repeated_entities: Optional[bool] = typer.Option(None, "--repeated-entities/--no-repeated-entities", help="--end-to-end: tag an entity's text again where the document repeats it (default: with the bundled NER only)."),
 ):
     """Evaluate a linker on a benchmark in the papers' protocol; print a table, write JSON."""
     if end_to_end:
         _end_to_end_command(dataset.value, split.value, data_dir, model, precision, _scoring(sparse_weight, marginal_tau), output,
-                            index, gold_spans, fold, names, {"shipped_names": shipped_names, "scheme": scheme}, ner, drop_unlinked)
+                            index, gold_spans, fold, names, {"shipped_names": shipped_names, "scheme": scheme}, ner,
+                            {"drop_unlinked": drop_unlinked, "repeated_entities": repeated_entities})
         return
     settings = dict(system=system.value, protocol=protocol.value, data_dir=data_dir, model=model, precision=precision,
                     index_type=index_type, training_precedence=training_precedence, sparse_weight=sparse_weight,
@@ -357,7 +357,7 @@ def _linking_command(dataset: str, split: str, fold: int, settings: dict, output
 def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, precision: str,
                         config: dict, output: Optional[Path], index: str = "default", gold_spans: bool = False,
                         fold: int = 0, names: Optional[Path] = None, index_config: Optional[dict] = None,
-                        ner: Optional[str] = None, drop_unlinked: Optional[bool] = None) -> None:
+                        ner: Optional[str] = None, entity_rules: Optional[dict] = None) -> None:
     from spacy_sapbert.pipe.bundled import demo_pipeline
 
     from .end_to_end import LABELS, corpus_of, evaluate_end_to_end, evaluate_gold_spans
@@ -370,8 +370,8 @@ def _end_to_end_command(dataset: str, split: str, data_dir: Path, model: str, pr
         msg.fail("--end-to-end reads one split; give --split train-fold --fold N for a fifth of train.")
         raise typer.Exit(1)
     try:
-        if drop_unlinked is not None:  # else as the bundled pipeline does (dropped with its own NER only)
-            config = {**config, "drop_unlinked": drop_unlinked}
+        # drop_unlinked, repeated_entities: where not given, as the bundled pipeline sets them (with its own NER only)
+        config = {**config, **{key: value for key, value in (entity_rules or {}).items() if value is not None}}
         nlp = demo_pipeline(ner=ner, model=model, index=index, linker_config=config, encoder_config={"precision": precision},
                             names=str(names) if names is not None else None, index_config=index_config)
         evaluate = evaluate_gold_spans if gold_spans else evaluate_end_to_end
