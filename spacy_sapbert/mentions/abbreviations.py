@@ -332,8 +332,9 @@ def short_form_entities(ents: Sequence[Span], forms: Dict[str, Span]) -> List[Sp
     for ent in ents:
         taken[ent.start:ent.end] = [True] * (ent.end - ent.start)
     added: List[Span] = []
+    starts = _token_starts(doc)
     for short, label in labels.items():
-        for start, end in _occurrences(doc, short):
+        for start, end in _occurrences(doc, short, starts):
             if not any(taken[start:end]):
                 taken[start:end] = [True] * (end - start)
                 added.append(Span(doc, start, end, label=label))
@@ -363,22 +364,35 @@ def repeated_entities(ents: Sequence[Span], min_chars: int = REPEAT_MIN_CHARS) -
     for ent in ents:
         taken[ent.start:ent.end] = [True] * (ent.end - ent.start)
     added: List[Span] = []
+    starts = _token_starts(doc)
     for text in sorted(labels, key=lambda text: (-len(text), text)):
         if len(labels[text]) != 1 or len(text) < min_chars:
             continue
         (label,) = labels[text]
-        for start, end in _occurrences(doc, text):
+        for start, end in _occurrences(doc, text, starts):
             if not any(taken[start:end]):
                 taken[start:end] = [True] * (end - start)
                 added.append(Span(doc, start, end, label=label))
     return sorted([*ents, *added], key=lambda span: span.start) if added else list(ents)
 
 
-def _occurrences(doc: Doc, text: str) -> Iterable[Tuple[int, int]]:
-    """(start, end) of each run of tokens that reads exactly `text`."""
-    for start, token in enumerate(doc):
-        if not text.startswith(token.text):
-            continue
+def _token_starts(doc: Doc) -> Dict[str, List[int]]:
+    """Each token text's positions in `doc`, ascending."""
+    starts: Dict[str, List[int]] = {}
+    for i, token in enumerate(doc):
+        starts.setdefault(token.text, []).append(i)
+    return starts
+
+
+def _occurrences(doc: Doc, text: str, starts: Optional[Dict[str, List[int]]] = None) -> Iterable[Tuple[int, int]]:
+    """(start, end) of each run of tokens that reads exactly `text`, in order. starts: each token
+    text's positions in `doc` (_token_starts), so that a run begins only where a token's text
+    begins `text`, found in as many lookups as `text` has characters rather than by reading
+    every token (a 92,000-token document's 1,300 entity texts: 26 s)."""
+    starts = _token_starts(doc) if starts is None else starts
+    begins = sorted(i for length in range(1, len(text) + 1) for i in starts.get(text[:length], ()))
+    for start in begins:
+        token = doc[start]
         end, read = start + 1, token.text
         while len(read) < len(text) and end < len(doc):
             read += doc[end - 1].whitespace_ + doc[end].text

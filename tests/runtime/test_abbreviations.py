@@ -2,6 +2,8 @@
 for the harness (document_abbreviations) and the pipe (long_forms) alike."""
 import pytest
 import spacy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spacy_sapbert_training.data import datasets as ds
 from spacy_sapbert.mentions.abbreviations import expand_abbreviations, linked_text, short_form_segments
@@ -433,3 +435,29 @@ def test_short_texts_and_texts_of_two_labels_are_not_repeated():
              for i, label in [(0, "Chemical"), (1, "Chemical"), (4, "Chemical"), (5, "Disease")]]
     assert repeated_entities(spans) == spans  # "Iron", "Na": under 5 characters; "codeine": two labels
     assert [e.start for e in repeated_entities(spans, min_chars=4)] == [at[0], at[1], at[2], at[4], at[5]]
+
+
+_VOCAB = spacy.vocab.Vocab()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["a", "ab", "b", "(", ")", "-", "a-b", "ab)"]), min_size=1, max_size=30),
+       st.integers(0, 29), st.integers(1, 4), st.lists(st.booleans(), min_size=30, max_size=30))
+def test_a_texts_occurrences_are_found_where_every_token_read_would_find_them(words, at, length, spaces):
+    """_occurrences looks runs up by their first token's text; reading from every token finds the same."""
+    from spacy.tokens import Doc
+
+    from spacy_sapbert.mentions.abbreviations import _occurrences
+
+    doc = Doc(_VOCAB, words=words, spaces=spaces[:len(words)])
+    start = at % len(doc)
+    text = doc[start:start + length].text  # a run the document holds, read back wherever it recurs
+    read = []
+    for first in range(len(doc)):
+        end, so_far = first + 1, doc[first].text
+        while len(so_far) < len(text) and end < len(doc):
+            so_far += doc[end - 1].whitespace_ + doc[end].text
+            end += 1
+        if so_far == text:
+            read.append((first, end))
+    assert list(_occurrences(doc, text)) == read
