@@ -25,6 +25,24 @@ def test_a_corpus_gives_its_names_most_mentions_first(tmp_path):
     assert [(name, concept) for _, name, concept, _ in read_names(write_names(rows, tmp_path / "n.tsv"))] == rows
 
 
+def test_a_composite_mention_gives_its_name_each_of_its_concepts():
+    """"breast or ovarian cancer" (two ids) names both concepts, in the order of their counts and
+    ids, beside what single mentions of the name give; the rule off leaves composites out."""
+    from spacy_sapbert_training.data.names import TableRules
+
+    known = {i: i for i in ("D001943", "D010051", "D061325")}
+    mentions = [mention("breast or ovarian cancer", "D010051", "D001943", "C404"),  # C404: not in the index
+                mention("breast and ovarian cancer", "D061325"), mention("Breast and ovarian cancer", "D061325"),
+                mention("breast and ovarian cancer", "D001943", "D010051")]
+    rows, counts = corpus_names(mentions, known.get)
+    assert rows == [("breast and ovarian cancer", "D061325"), ("breast and ovarian cancer", "D001943"),
+                    ("breast and ovarian cancer", "D010051"), ("breast or ovarian cancer", "D001943"),
+                    ("breast or ovarian cancer", "D010051")]
+    assert counts == {"used": 2, "composite": 2}
+    assert corpus_names(mentions, known.get, rules=TableRules(composite=False))[0] == [
+        ("breast and ovarian cancer", "D061325")]
+
+
 def test_an_id_the_index_lacks_is_kept_as_an_older_id_of_the_one_concept_its_names_name(tmp_path):
     kb = KnowledgeBase()
     kb.add(Concept("D000093542", "Gemcitabine", aliases=["Gemzar"], types=["D03"]))

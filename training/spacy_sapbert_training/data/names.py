@@ -9,8 +9,9 @@ protocol's dictionary does with training mentions, without building the index ag
 
 A mention's id must be a concept of the index (or another id of one), or read as an older id of
 one (`older_ids`: an id of the index's scheme whose names here name one concept of it, as MeSH
-made supplementary concepts descriptors); other mentions of concepts the index lacks, and
-composite mentions, are left out and counted. The table holds corpus mentions:
+made supplementary concepts descriptors); other mentions of concepts the index lacks are left
+out and counted. A composite mention ("breast or ovarian cancer") gives its name each of its
+concepts (TableRules.composite). The table holds corpus mentions:
 keep it in an ignored folder (corpus/), never in git.
 """
 from collections import Counter, defaultdict
@@ -38,11 +39,15 @@ class TableRules:
         whose meaning a text defines; False leaves them to the abbreviation rules.
     ambiguous: a name given several concepts: "keep" lists them all (most mentions first),
         "majority" keeps the one most mentions give, "drop" leaves the name out.
+    composite: a composite mention ("breast or ovarian cancer": several ids) gives its name each
+        of its concepts the index holds, so that the name links to them where a text writes it
+        again; False leaves composite mentions out.
     """
 
     min_count: int = 1
     short_forms: bool = True
     ambiguous: str = "keep"
+    composite: bool = True
 
     def __post_init__(self) -> None:
         if self.ambiguous not in ("keep", "majority", "drop"):
@@ -75,18 +80,23 @@ def corpus_names(mentions: Iterable[ds.Mention], resolve: Callable[[str], Option
     that differ only in case, spacing and punctuation are one (as the linker compares them:
     kb.exact_key), written as first seen. An id the index lacks is kept as an older id where
     `current` (older_ids) gives, from its mentions' label and names, one index id for it: its
-    rows are (name, older id, current id). Also the counts of mentions used (of them, by an
-    older id) and left out (composite, not in the index). `rules` (TableRules) choose which
-    names are kept."""
+    rows are (name, older id, current id). A composite mention (several ids) gives its name
+    each of its ids the index holds, where `rules` say so. Also the counts of mentions used (of
+    them, by an older id), composite, and left out (not in the index). `rules` (TableRules)
+    choose which names are kept."""
     counts: Counter = Counter()
     given: Dict[str, Counter] = defaultdict(Counter)
     written: Dict[str, str] = {}
     lacking: Dict[Tuple[str, str], Counter] = defaultdict(Counter)
     for mention in mentions:
+        name = clean_name(mention.text)
         if len(mention.ids) != 1:
             counts["composite"] += 1
+            parts = [concept for concept in map(resolve, mention.ids) if concept is not None] if rules.composite else []
+            for concept in dict.fromkeys(parts):
+                written.setdefault(exact_key(name), name)
+                given[exact_key(name)][(concept,)] += 1
             continue
-        name = clean_name(mention.text)
         written.setdefault(exact_key(name), name)
         concept = resolve(mention.ids[0])
         if concept is None:
@@ -208,6 +218,8 @@ def main(
     short_forms: bool = typer.Option(True, "--short-forms/--no-short-forms", help="Keep names that read as short forms"),
     ambiguous: str = typer.Option("keep", help="A name given several concepts: keep (all, most mentions first), "
                                   "majority, or drop"),
+    composite: bool = typer.Option(True, "--composite/--no-composite", help="A composite mention (several ids) gives its "
+                                   "name each of its concepts; else composite mentions are left out"),
     header: str = typer.Option("", help="Comment lines to write first (what the table was made from)"),
 ) -> None:
     """Write the names a corpus's mentions give their concepts as a names table."""
@@ -226,14 +238,15 @@ def main(
                     mentions += train_fold(ds.load_pubtator_split(dataset, "train", data_dir), fold)[1]
                 else:
                     mentions += ds.load_pubtator_split(dataset, part, data_dir).mentions
-        rules = TableRules(min_count=min_count, short_forms=short_forms, ambiguous=ambiguous)
+        rules = TableRules(min_count=min_count, short_forms=short_forms, ambiguous=ambiguous, composite=composite)
     except (ValueError, FileNotFoundError) as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(1)
     rows, counts = corpus_names(mentions, kb.resolve_id, older_ids(kb, types), rules)
     write_names(rows, output, header.replace("\\n", "\n"))
     typer.echo(f"{output}: {len(rows):,} names from {counts['used']:,} mentions, {counts['older ids']:,} of them by "
-               f"an older id of a concept of the index (left out: {counts['composite']:,} composite, "
+               f"an older id of a concept of the index ({counts['composite']:,} composite"
+               f"{', each id a name' if composite else ' left out'}; left out: "
                f"{counts['not in the index']:,} of concepts the {index} index lacks)")
 
 

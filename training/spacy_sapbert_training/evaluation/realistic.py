@@ -118,13 +118,14 @@ def main(
     min_count: int = typer.Option(1, help="Table rule: mentions a name must give a concept"),
     short_forms: bool = typer.Option(True, "--short-forms/--no-short-forms", help="Table rule: keep short forms"),
     ambiguous: str = typer.Option("keep", help="Table rule for a name given several concepts: keep, majority, drop"),
+    composite: bool = typer.Option(True, "--composite/--no-composite", help="Table rule: a composite mention gives its name each of its concepts"),
     scheme: str = typer.Option("auto", help="The ids answers are given in (the linker's index.scheme)"),
     supplement: bool = typer.Option(True, "--supplement/--no-supplement", help="Search the index's supplement too (index.supplement)"),
     output: Path = typer.Option(Path("metrics/realistic"), help="Folder for realistic.json and realistic.md"),
     tables: Path = typer.Option(Path("corpus/names/realistic"), help="Folder for the tables (corpus mentions: keep out of git)"),
 ) -> None:
     """Measure the shipped pipe under the realistic protocol; write JSON and a Markdown table."""
-    rules = TableRules(min_count=min_count, short_forms=short_forms, ambiguous=ambiguous)
+    rules = TableRules(min_count=min_count, short_forms=short_forms, ambiguous=ambiguous, composite=composite)
     chosen = [c.strip() for c in corpora.split(",") if c.strip()]
     chosen_folds = [int(f) for f in folds.split(",") if f.strip()]
     runs: Dict[str, Dict[str, object]] = {}
