@@ -386,9 +386,9 @@ def _token_starts(doc: Doc) -> Dict[str, List[int]]:
 
 def _occurrences(doc: Doc, text: str, starts: Optional[Dict[str, List[int]]] = None) -> Iterable[Tuple[int, int]]:
     """(start, end) of each run of tokens that reads exactly `text`, in order. starts: each token
-    text's positions in `doc` (_token_starts), so that a run begins only where a token's text
-    begins `text`, found in as many lookups as `text` has characters rather than by reading
-    every token (a 92,000-token document's 1,300 entity texts: 26 s)."""
+    text's positions in `doc` (_token_starts): a run is read only from a token whose text begins
+    `text`, found in as many lookups as `text` has characters (reading from every token took
+    26 s for the 1,300 entity texts of a 92,000-token document; this, 0.66 s)."""
     starts = _token_starts(doc) if starts is None else starts
     begins = sorted(i for length in range(1, len(text) + 1) for i in starts.get(text[:length], ()))
     for start in begins:
