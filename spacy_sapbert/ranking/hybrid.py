@@ -293,9 +293,11 @@ class HybridRescorer:
             flat = np.where(hit, rows, 0).ravel()
             mentions = np.repeat(np.asarray(positions), rows.shape[1])
             fitted = flat < self.names.shape[0]
-            sparse = np.zeros(len(flat), dtype=np.float32)
-            sparse[fitted] = self._in_parts(queries, flat[fitted], mentions[fitted], self.names.vectors)
-            if not fitted.all():  # rows beyond the fitted names (a supplement's): their names transformed now
+            if fitted.all():
+                sparse = self._in_parts(queries, flat, mentions, self.names.vectors)
+            else:  # rows beyond the fitted names (a supplement's): their names transformed now
+                sparse = np.zeros(len(flat), dtype=np.float32)
+                sparse[fitted] = self._in_parts(queries, flat[fitted], mentions[fitted], self.names.vectors)
                 sparse[~fitted] = self._in_parts(queries, flat[~fitted], mentions[~fitted],
                                                  lambda rows: self.transform(self.more_names(rows)))
             sparse = sparse.reshape(rows.shape)

@@ -447,7 +447,7 @@ def test_a_texts_occurrences_are_found_where_every_token_read_would_find_them(wo
     """_occurrences looks runs up by their first token's text; reading from every token finds the same."""
     from spacy.tokens import Doc
 
-    from spacy_sapbert.mentions.abbreviations import _occurrences
+    from spacy_sapbert.mentions.abbreviations import _occurrences, _token_starts
 
     doc = Doc(_VOCAB, words=words, spaces=spaces[:len(words)])
     start = at % len(doc)
@@ -460,4 +460,4 @@ def test_a_texts_occurrences_are_found_where_every_token_read_would_find_them(wo
             end += 1
         if so_far == text:
             read.append((first, end))
-    assert list(_occurrences(doc, text)) == read
+    assert list(_occurrences(doc, text, _token_starts(doc))) == read

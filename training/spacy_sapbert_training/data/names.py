@@ -93,8 +93,9 @@ def corpus_names(mentions: Iterable[ds.Mention], resolve: Callable[[str], Option
         if len(mention.ids) != 1:
             counts["composite"] += 1
             parts = [concept for concept in map(resolve, mention.ids) if concept is not None] if rules.composite else []
-            for concept in dict.fromkeys(parts):
+            if parts:
                 written.setdefault(exact_key(name), name)
+            for concept in dict.fromkeys(parts):
                 given[exact_key(name)][(concept,)] += 1
             continue
         written.setdefault(exact_key(name), name)
