@@ -71,18 +71,17 @@ def outside_hint(found: Counter, ner: Optional[str]) -> Optional[str]:
             "an entity ruler of your terms), and see the README's Limitations.")
 
 
-def entity_rows(doc, kb, labels: Sequence[str] = ()) -> List[dict]:
+def entity_rows(doc, name_of, labels: Sequence[str] = ()) -> List[dict]:
     """The linked entities of a doc as `link` writes them: those with one of `labels` (any case),
-    or all when it is empty."""
+    or all when it is empty. name_of: a concept id's canonical name (the linker's canonical_name)."""
     wanted = {label.lower() for label in labels}
     rows = []
     for ent in doc.ents:
         if wanted and ent.label_.lower() not in wanted:
             continue
-        concept = kb.cui_to_entity.get(ent._.cui) if ent._.cui else None
         rows.append({
             "text": ent.text, "start": ent.start_char, "end": ent.end_char, "label": ent.label_,
-            "cui": ent._.cui, "name": concept.canonical_name if concept else None,
+            "cui": ent._.cui, "name": name_of(ent._.cui) if ent._.cui else None,
             "score": round(ent._.cui_score, 4) if ent._.cui_score is not None else None,
             "candidates": [[c, round(s, 4)] for c, s in ent._.kb_ents],
         })
@@ -265,7 +264,7 @@ class ShardLinker:
         self.settings = settings
         self.out_dir = Path(out_dir)
         self.nlp = settings.pipeline(threads)
-        self.kb = self.nlp.get_pipe("sapbert_linker").kb
+        self.name_of = self.nlp.get_pipe("sapbert_linker").canonical_name
         self.found: Counter = Counter()
 
     def link_records(self, records: List[dict]) -> Iterator[dict]:
@@ -278,7 +277,7 @@ class ShardLinker:
                 self.found["empty"] += not any(ent._.cui for ent in doc.ents)
                 self.found["unsure"] += sum(1 for ent in doc.ents if ent.has_extension("ner_score")
                                             and ent._.ner_score is not None and ent._.ner_score < UNSURE)
-            yield {**record, "entities": entity_rows(doc, self.kb, self.settings.labels)}
+            yield {**record, "entities": entity_rows(doc, self.name_of, self.settings.labels)}
 
     def run(self, shard: Shard) -> ShardResult:
         start = time.perf_counter()

@@ -228,6 +228,16 @@ class SapBERTLinker(Pipe):
         """The knowledge base of the index (`cui_to_entity`, `alias_to_cuis`)."""
         return self._loaded().index.kb
 
+    def canonical_name(self, concept_id: str) -> Optional[str]:
+        """The canonical name of a concept of the index, None for any other id: what
+        `kb.cui_to_entity[concept_id].canonical_name` gives, without reading the whole KB where the
+        index can say it alone (the bundled index: 0.2 s against 1 s and 40 MB)."""
+        index = self._loaded().index
+        if hasattr(index, "canonical_name"):
+            return index.canonical_name(concept_id)
+        concept = index.kb.cui_to_entity.get(concept_id)
+        return concept.canonical_name if concept is not None else None
+
     def resolve_id(self, concept_id: str) -> Optional[str]:
         """The id the linker gives for `concept_id`: its own, the index's for an alternative id,
         or for an older id the names table maps (`index.names`); None where none holds it."""

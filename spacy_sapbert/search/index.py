@@ -19,7 +19,7 @@ import numpy as np
 from ..assets import KB_FILE_GZ
 from ..cache import cache_dir, cached_build, damaged_record, file_records
 from ..kb.concepts import KBFormatError, KnowledgeBase, name_hash, name_key
-from ..kb.formats import read_jsonl, write_jsonl
+from ..kb.formats import read_canonical_names, read_jsonl, write_jsonl
 from .builders import (INDEX_TYPES, SQ_TYPES, ConceptIndexError, _graph_over_codes, _search_params, _split_pre_transform,
                        graph_links, make_faiss_index)
 
@@ -282,6 +282,7 @@ class ConceptIndex:
         from the loaded directory when first asked for (`kb`): linking needs only those."""
         self._kb = kb
         self._kb_file: Optional[Path] = None
+        self._canonical: Optional[Dict[str, str]] = None  # canonical_name's, read without the KB
         self.index = index
         if kb is not None:
             self.concept_ids: List[str] = list(kb.cui_to_entity)
@@ -306,16 +307,34 @@ class ConceptIndex:
         """The knowledge base, read from the index directory the first time it is asked for when
         the index was loaded with its concepts file (1 s and 60 MB for the bundled index)."""
         if self._kb is None:
-            try:
-                kb = read_jsonl(self._kb_file, name=self.meta.get("kb_name"))
-            except KBFormatError as err:
-                raise ConceptIndexError(f"The index's knowledge base is unreadable: {err}") from None
-            if list(kb.cui_to_entity) != self.concept_ids:
-                raise ConceptIndexError(f"{self._kb_file} does not hold the concepts of {CONCEPTS_FILE} beside it; "
-                                        "copy the whole index directory again or rebuild it.")
+            kb = self._read_kb_file(lambda path: read_jsonl(path, name=self.meta.get("kb_name")),
+                                    lambda kb: kb.cui_to_entity)
             kb.version = self.meta.get("kb_version", "")
             self._kb = kb
         return self._kb
+
+    def _read_kb_file(self, read, ids_of):
+        """What `read` makes of the KB file, checked to hold the concepts of CONCEPTS_FILE (their
+        ids, by `ids_of`), in order."""
+        try:
+            made = read(self._kb_file)
+        except KBFormatError as err:
+            raise ConceptIndexError(f"The index's knowledge base is unreadable: {err}") from None
+        if list(ids_of(made)) != self.concept_ids:
+            raise ConceptIndexError(f"{self._kb_file} does not hold the concepts of {CONCEPTS_FILE} beside it; "
+                                    "copy the whole index directory again or rebuild it.")
+        return made
+
+    def canonical_name(self, concept_id: str) -> Optional[str]:
+        """The canonical name of a concept of the index (None for any other id): from the KB once
+        it is read, else from the KB file's canonical names alone (kb.formats.read_canonical_names),
+        so that showing a link's name costs no KB."""
+        if self._kb is not None or self._kb_file is None:
+            concept = self.kb.cui_to_entity.get(concept_id)
+            return concept.canonical_name if concept is not None else None
+        if self._canonical is None:
+            self._canonical = self._read_kb_file(read_canonical_names, lambda names: names)
+        return self._canonical.get(concept_id)
 
     def resolve_id(self, concept_id: str) -> Optional[str]:
         """The id under which the index holds `concept_id` (its own or another id of it), or None;
@@ -450,6 +469,7 @@ class ConceptIndex:
             return ConceptIndex(self.kb, index, self.row_concepts, meta)
         same = ConceptIndex(None, index, self.row_concepts, meta, concepts=(self.concept_ids, self._types))
         same._kb_file, same._alt_positions, same._type_sets = self._kb_file, self._alt_positions, self._type_sets
+        same._canonical = self._canonical
         same._row_files = self._row_files
         return same
 

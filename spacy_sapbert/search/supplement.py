@@ -213,6 +213,13 @@ class SupplementedIndex:
         names = self.names.take(order[first:last])
         return Concept(concept_id, names[0], names[1:], list(self.concept_types(position)))
 
+    def canonical_name(self, concept_id: str) -> Optional[str]:
+        """ConceptIndex.canonical_name, then a concept only the supplement holds: its first name."""
+        found = self.main.canonical_name(concept_id)
+        if found is None and self.added_position(concept_id) is not None:
+            return self.added_concept(concept_id).canonical_name
+        return found
+
     def resolve_id(self, concept_id: str) -> Optional[str]:
         """ConceptIndex.resolve_id, then the ids only the supplement holds (it keeps no other ids)."""
         return self.main.resolve_id(concept_id) or (concept_id if self.added_position(concept_id) is not None else None)

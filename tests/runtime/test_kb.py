@@ -8,6 +8,7 @@ from spacy_sapbert.kb.formats import KB_FORMATS
 from spacy_sapbert.kb.formats import (
     load_kb,
     read_biosyn,
+    read_canonical_names,
     read_jsonl,
     read_medic,
     read_mesh,
@@ -76,6 +77,18 @@ def test_jsonl_malformed_line(tmp_path, line, match):
     path = write(tmp_path, "bad.jsonl", '{"concept_id": "C0", "canonical_name": "ok"}\n' + line + "\n")
     with pytest.raises(KBFormatError, match=match):
         read_jsonl(path)
+
+
+def test_canonical_names_are_read_as_the_whole_kb_gives_them(tmp_path, tiny_kb):
+    path = write_jsonl(tiny_kb, tmp_path / "kb.jsonl.gz")
+    read = read_jsonl(path)
+    assert read_canonical_names(path) == {c.concept_id: c.canonical_name for c in read}
+    repeated = write(tmp_path, "two.jsonl", '{"concept_id": "C1", "canonical_name": "first"}\n'
+                     '{"concept_id": "C1", "canonical_name": "second", "aliases": ["x"]}\n')
+    assert read_canonical_names(repeated) == {"C1": read_jsonl(repeated).cui_to_entity["C1"].canonical_name}
+    for line in ('{"concept_id": "C1", "canonical_name": "x"', '{"canonical_name": "x"}', '["C1", "x"]'):
+        with pytest.raises(KBFormatError, match=r"bad\.jsonl:2: expected a JSON object"):
+            read_canonical_names(write(tmp_path, "bad.jsonl", '{"concept_id": "C0", "canonical_name": "ok"}\n' + line))
 
 
 def test_biosyn_ids_and_alt_ids(tmp_path):

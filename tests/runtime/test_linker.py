@@ -448,7 +448,12 @@ def test_the_default_pipe_links_without_reading_its_kb():
     assert [e._.cui for e in linker(doc).ents] == ["D009369", "D002945"]
     main = getattr(linker.index, "main", linker.index)
     assert main._kb is None
+    # A link's name, as `spacy-sapbert link` shows it, reads the KB's canonical names alone.
+    supplemented = linker.index.concept_ids[-1]
+    names = {cui: linker.canonical_name(cui) for cui in ("D002945", "D009369", supplemented, "D000000", "")}
+    assert names["D002945"] == "Cisplatin" and names["D000000"] is None and names[""] is None and main._kb is None
     assert linker.kb.cui_to_entity["D002945"].canonical_name == "Cisplatin" and main._kb is not None
+    assert names == {cui: (c.canonical_name if (c := linker.kb.cui_to_entity.get(cui)) else None) for cui in names}
 
 
 def test_nlp_evaluate_reports_link_scores(tiny_model, tiny_index_dir):

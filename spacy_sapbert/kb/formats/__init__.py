@@ -9,13 +9,13 @@ from typing import Callable, Dict
 
 from ..concepts import KnowledgeBase, PathLike
 from .dictionaries import read_biosyn, read_medic
-from .jsonl import read_jsonl, read_names, write_jsonl
+from .jsonl import read_canonical_names, read_jsonl, read_names, write_jsonl
 from .mesh import is_disease_tree, read_mesh, supplementary_types
 from .obo import read_obo_json, read_obo_text
 from .text import normalise_id, open_text
 from .umls import read_umls
 
-__all__ = ["KB_FORMATS", "is_disease_tree", "load_kb", "normalise_id", "open_text", "read_biosyn", "read_jsonl",
+__all__ = ["KB_FORMATS", "is_disease_tree", "load_kb", "normalise_id", "open_text", "read_biosyn", "read_canonical_names", "read_jsonl",
            "read_medic", "read_mesh", "read_names", "read_obo_json", "read_obo_text", "read_umls",
            "supplementary_types", "write_jsonl"]
 
