@@ -30,6 +30,8 @@ MENTION_START, MENTION_END = "[Ms]", "[Me]"
 PROGRESS_MIN_TEXTS = 5000
 
 PRECISIONS = ("fp32", "int8")
+# Where an encoder runs (and "cuda:N"); auto: the GPU where there is one, else the CPU.
+DEVICES = ("cpu", "cuda", "auto")
 
 # Tokens per mention or name (SapBERT's 25): biomedical names are short.
 MAX_LENGTH = 25

@@ -12,6 +12,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from .base import (
+    DEVICES,
     MAX_LENGTH,
     MENTION_END,
     MENTION_START,
@@ -135,7 +136,6 @@ def marker_ids(tokenizer) -> Tuple[int, int]:
     return tuple(ids)
 
 
-DEVICES = ("cpu", "cuda", "auto")
 
 
 def _one_thread_after_fork() -> None:

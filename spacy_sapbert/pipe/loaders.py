@@ -20,7 +20,7 @@ from spacy.util import registry
 
 from ..assets import BUNDLED_INDEX, DEFAULT, DEFAULT_EXACT
 from ..candidates import Scoring
-from ..encoders.base import MAX_LENGTH, POOLINGS, PRECISIONS
+from ..encoders.base import DEVICES, MAX_LENGTH, POOLINGS, PRECISIONS
 
 # Registries of this package's own, in spaCy's shared registry (named so that no other package's
 # "encoders" or "scoring" can be meant).
@@ -61,6 +61,12 @@ class EncoderLoader:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}; set it in the "
                              "sapbert_linker encoder config.")
+        if self.device not in DEVICES and not self.device.startswith("cuda:"):
+            raise ValueError(f"device {self.device!r} is not one of {', '.join(DEVICES)} (or cuda:N); set it in the "
+                             "sapbert_linker encoder config.")
+        if self.precision == "int8" and self.device.startswith("cuda"):
+            raise ValueError(f"precision int8 runs on the CPU only, not device {self.device!r}; set precision to fp32 "
+                             "for a GPU, or device to cpu, in the sapbert_linker encoder config.")
         for key, least in (("batch_size", 1), ("max_length", 1), ("threads", 0)):
             if getattr(self, key) < least:
                 raise ValueError(f"{key} ({getattr(self, key)}) must be at least {least}; set it in the "

@@ -315,6 +315,17 @@ def test_the_cache_is_bounded_least_recently_used_first(tiny_model, tiny_index_d
         spacy.blank("en").add_pipe("sapbert_linker", config={"cache_size": -1})
 
 
+@pytest.mark.parametrize("encoder,match", [
+    ({"device": "gpu"}, r"^device 'gpu' is not one of cpu, cuda, auto \(or cuda:N\); set it in the sapbert_linker "),
+    ({"device": "cuda"}, r"^precision int8 runs on the CPU only, not device 'cuda'; set precision to fp32"),
+    ({"device": "cuda:1"}, r"^precision int8 runs on the CPU only, not device 'cuda:1'"),
+])
+def test_an_encoder_device_that_cannot_run_fails_at_add_pipe(encoder, match):
+    with pytest.raises(ValueError, match=match):
+        spacy.blank("en").add_pipe("sapbert_linker", config={"encoder": encoder})
+    spacy.blank("en").add_pipe("sapbert_linker", config={"encoder": {"device": "cuda:0", "precision": "fp32"}})
+
+
 def test_exact_match_skips_encoding_names_of_the_index(tiny_model, tiny_index_dir):
     nlp, linker, encoded = _cached_nlp(tiny_model, tiny_index_dir, cache_size=0, scoring={"exact_match": True})
     nlp.get_pipe("entity_ruler").add_patterns([{"label": "Chemical", "pattern": "Tumour"}])

@@ -72,7 +72,7 @@ def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
 def read_canonical_names(path: PathLike) -> Dict[str, str]:
     """Each concept's canonical name in a KB JSONL (or .jsonl.gz), by id, in file order, without
     the rest of each line (read_jsonl reads and checks it all: for the bundled KB 0.2 s and a few
-    MB against 1 s and 40 MB). A repeated id keeps its first line's name, as read_jsonl does."""
+    MB against 1 s and 50 MB). A repeated id keeps its first line's name, as read_jsonl does."""
     expected = 'a JSON object with string "concept_id" and "canonical_name"'
     names: Dict[str, str] = {}
     for line_no, line in _lines(path):
