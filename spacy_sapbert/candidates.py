@@ -284,11 +284,16 @@ class CandidateGenerator:
     def _in_scheme(self, mention: Mention, candidates: Candidates) -> Candidates:
         """`candidates` with each concept outside the answers' scheme answered by its broader
         concepts inside it (of the mention's types), at its score: the first of them, the
-        concept itself, then the others; each concept once, first place kept."""
+        concept itself, then the others; each concept once, first place kept. The broader
+        concepts come in the order of the mention's own scores for them among `candidates`
+        ("isolated aniridia" answers as Aniridia before Genetic Diseases, Inborn), those it has
+        none for after, in the KB's order."""
         ranked: Dict[str, float] = {}
+        own = dict(candidates)
         for concept_id, score in candidates:
             answers = [a for a in self.answers.get(concept_id, ())
                        if not mention[1] or self.index.has_type(self.index.position_of(a), mention[1])]
+            answers.sort(key=lambda a: -own.get(a, -1.0))  # stable: the KB's order among the rest
             for answer in [*answers[:1], concept_id, *answers[1:]]:
                 ranked.setdefault(answer, score)
         return list(ranked.items())[: self.settings.k]

@@ -31,8 +31,13 @@ class _Index:
 
 def test_the_generator_puts_the_answer_before_the_concept_at_its_score():
     generator = CandidateGenerator(None, _Index(), answers={"MONDO:0004992": ["D009369", "D001943"]})
-    ranked = generator._in_scheme(("cancer", ()), [("MONDO:0004992", 0.9), ("D001943", 0.8), ("D009369", 0.7)])
+    ranked = generator._in_scheme(("cancer", ()), [("MONDO:0004992", 0.9), ("D009369", 0.8), ("D001943", 0.7)])
     # the first heading, the concept itself, then its other headings, each once
     assert ranked == [("D009369", 0.9), ("MONDO:0004992", 0.9), ("D001943", 0.9)]
+    # the headings in the order of the mention's own scores for them, the KB's order where it has none
+    ranked = generator._in_scheme(("cancer", ()), [("MONDO:0004992", 0.9), ("D001943", 0.8), ("D009369", 0.7)])
+    assert ranked == [("D001943", 0.9), ("MONDO:0004992", 0.9), ("D009369", 0.9)]
+    assert generator._in_scheme(("cancer", ()), [("MONDO:0004992", 0.9)])[0] == ("D009369", 0.9)
+    assert generator._in_scheme(("cancer", ()), [("MONDO:0004992", 0.9), ("D001943", 0.5)])[0] == ("D001943", 0.9)
     # an answer of a type the mention may not take is not given
     assert generator._in_scheme(("cancer", ("MONDO",)), [("MONDO:0004992", 0.9)]) == [("MONDO:0004992", 0.9)]
