@@ -7,7 +7,7 @@ breast neoplasms D001943), and a MeSH-annotated corpus (CTD's MEDIC: NCBI-diseas
 such a mention with that heading.
 """
 import re
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 from .concepts import KnowledgeBase
 
@@ -18,29 +18,36 @@ MEDIC_SCHEME = (r"[CD]([0-9]{6}|[0-9]{9})$", r"OMIM:")
 
 def scheme_answers(kb: KnowledgeBase, scheme: Sequence[str] = MEDIC_SCHEME, max_depth: int = 4) -> Dict[str, List[str]]:
     """For each concept of `kb` none of whose ids (its own and its alternative ids) match a
-    pattern of `scheme`: the concepts of the nearest level of its broader concepts (followed
-    up to `max_depth` levels) whose own id matches one, in the order the KB lists them. A
-    concept whose ancestors within reach hold none is left out."""
+    pattern of `scheme`: along each of its broader concepts in the order the KB lists them, the
+    concepts of the nearest level (followed up to `max_depth` levels) whose own id matches one,
+    each once, the nearer first. Each parent is followed on its own, so that a near heading on one side
+    ("hereditary disease": Genetic Diseases, Inborn) does not hide the one the other side reaches
+    a level further up ("familial hemiplegic migraine" → hemiplegic migraine → Migraine with
+    Aura). A concept whose ancestors within reach hold none is left out."""
     patterns = [re.compile(p) for p in scheme]
 
     def matches(concept_id: str) -> bool:
         return any(p.match(concept_id) for p in patterns)
 
+    def nearest(parent: str, start: str) -> List[Tuple[int, str]]:
+        level, seen = [parent], {start}
+        for depth in range(max_depth):
+            level = [c for c in dict.fromkeys(kb.resolve_id(b) for b in level) if c is not None and c not in seen]
+            found = [(depth, c) for c in level if matches(c)]
+            if found or not level:
+                return found
+            seen.update(level)
+            level = [b for c in level for b in kb.cui_to_entity[c].broader]
+        return []
+
     answers: Dict[str, List[str]] = {}
     for concept in kb:
         if any(matches(i) for i in [concept.concept_id, *concept.alt_ids]):
             continue
-        level, seen = list(concept.broader), {concept.concept_id}
-        for _ in range(max_depth):
-            level = [c for c in dict.fromkeys(kb.resolve_id(b) for b in level) if c is not None and c not in seen]
-            found = [c for c in level if matches(c)]
-            if found:
-                answers[concept.concept_id] = found
-                break
-            seen.update(level)
-            level = [b for c in level for b in kb.cui_to_entity[c].broader]
-            if not level:
-                break
+        found = sorted((hit for parent in concept.broader for hit in nearest(parent, concept.concept_id)),
+                       key=lambda hit: hit[0])  # the nearest first, in the KB's order among equals
+        if found:
+            answers[concept.concept_id] = list(dict.fromkeys(c for _, c in found))
     return answers
 
 

@@ -154,13 +154,14 @@ def graph_over_codes(compact: Path, encoder, what: str = "") -> Path:
 
 def _graph_cache(meta: dict) -> Path:
     """Where the graph over a compact index's codes is cached: keyed by the codes' checksum, and
-    by those of the concepts file and the row names the copy keeps, so that a copy of older
-    concepts, or one made before the index stored its row names, is not taken."""
-    from .index import ROW_NAMES_FILE
+    by those of the concepts file, the row names and the answers the copy keeps, so that a copy of
+    older concepts or answers, or one made before the index stored its row names, is not taken."""
+    from .index import ANSWERS_FILE, ROW_NAMES_FILE
 
     files = meta["files"]
     digest = files["index.faiss"]["sha256"][:16]
-    kept = "".join(f"-{files[name]['sha256'][:8]}" for name in ("concepts.json", ROW_NAMES_FILE) if name in files)
+    kept = "".join(f"-{files[name]['sha256'][:8]}" for name in ("concepts.json", ROW_NAMES_FILE, ANSWERS_FILE)
+                   if name in files)
     return cache_dir() / f"index-graph-{digest}{kept}-hnsw-{meta['index_type']}"
 
 

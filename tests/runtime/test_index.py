@@ -325,3 +325,15 @@ def test_row_files_spare_the_kb_on_first_use(large_kb, large_exact, tiny_encoder
     assert again.row_names() == plain.row_names() and again._kb is None
     assert [c.concept_id for c in again.kb] == compact.concept_ids
     assert again.resolve_id(compact.concept_ids[3]) == compact.concept_ids[3]
+
+
+def test_the_graph_cache_is_keyed_by_the_answers_it_copies():
+    """The cached graph folder copies the index's concepts, row names and answers: another copy of
+    any of them (a newer index package) is another folder, never a stale one."""
+    from spacy_sapbert.search.resolve import _graph_cache
+
+    files = {"index.faiss": {"sha256": "a" * 64}, "concepts.json": {"sha256": "b" * 64}, "names.txt.gz": {"sha256": "c" * 64}}
+    meta = {"files": files, "index_type": "sq6"}
+    folders = {_graph_cache(meta)} | {_graph_cache({**meta, "files": {**files, "answers.json.gz": {"sha256": digit * 64}}})
+                                      for digit in "de"}
+    assert len(folders) == 3

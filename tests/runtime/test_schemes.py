@@ -14,8 +14,17 @@ def test_a_concept_outside_the_scheme_answers_as_its_nearest_broader_concepts_in
     kb.add(Concept("MONDO:2", "breast carcinoma", broader=["MESH:D001943"]))               # an alternative id resolves
     kb.add(Concept("MONDO:3", "Wolfram syndrome", alt_ids=["OMIM:222300"], broader=["D009369"]))  # OMIM: in MEDIC's scheme
     kb.add(Concept("MONDO:4", "orphan disorder"))                                          # nothing above it
+    # Each parent is followed on its own: a near heading on one side does not hide a further one.
+    kb.add(Concept("D030342", "Genetic Diseases, Inborn", types=["C16"]))
+    kb.add(Concept("D020325", "Migraine with Aura", types=["C10"]))
+    kb.add(Concept("MONDO:5", "hemiplegic migraine", broader=["D020325"]))
+    kb.add(Concept("MONDO:6", "familial hemiplegic migraine", broader=["D030342", "MONDO:5"]))
     answers = scheme_answers(kb)
-    assert answers == {"MONDO:0004992": ["D009369"], "MONDO:1": ["D001943"], "MONDO:2": ["D001943"]}
+    assert answers == {"MONDO:0004992": ["D009369"], "MONDO:1": ["D001943"], "MONDO:2": ["D001943"],
+                       "MONDO:5": ["D020325"], "MONDO:6": ["D030342", "D020325"]}
+    assert scheme_answers(kb, max_depth=1)["MONDO:6"] == ["D030342"]  # the other side is two levels up
+    kb.add(Concept("MONDO:7", "familial hemiplegic migraine 2", broader=["MONDO:5", "D030342"]))
+    assert scheme_answers(kb)["MONDO:7"] == ["D030342", "D020325"]  # the nearer first
 
 
 class _Index:
