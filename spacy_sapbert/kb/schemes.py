@@ -7,9 +7,9 @@ breast neoplasms D001943), and a MeSH-annotated corpus (CTD's MEDIC: NCBI-diseas
 such a mention with that heading.
 """
 import re
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from .concepts import KnowledgeBase
+from .concepts import KnowledgeBase, exact_key
 
 # MEDIC's scheme: MeSH descriptors and supplementary concepts (6 or 9 digits; a UMLS CUI, C and
 # 7 digits, is not MeSH's), and OMIM.
@@ -18,22 +18,30 @@ MEDIC_SCHEME = (r"[CD]([0-9]{6}|[0-9]{9})$", r"OMIM:")
 
 def scheme_answers(kb: KnowledgeBase, scheme: Sequence[str] = MEDIC_SCHEME, max_depth: int = 4) -> Dict[str, List[str]]:
     """For each concept of `kb` none of whose ids (its own and its alternative ids) match a
-    pattern of `scheme`: along each of its broader concepts in the order the KB lists them, the
-    concepts of the nearest level (followed up to `max_depth` levels) whose own id matches one,
-    each once, the nearer first. Each parent is followed on its own, so that a near heading on one side
-    ("hereditary disease": Genetic Diseases, Inborn) does not hide the one the other side reaches
-    a level further up ("familial hemiplegic migraine" → hemiplegic migraine → Migraine with
-    Aura). A concept whose ancestors within reach hold none is left out."""
+    pattern of `scheme`: its twin in the scheme, then along each of its broader concepts in the
+    order the KB lists them the concepts of the nearest level (followed up to `max_depth` levels)
+    in the scheme, each once, the nearer first. Each parent is followed on its own, so that a near
+    heading on one side ("hereditary disease": Genetic Diseases, Inborn) does not hide the one the
+    other side reaches a level further up ("familial hemiplegic migraine" → hemiplegic migraine →
+    Migraine with Aura). A concept's twin is the one concept in the scheme that bears its
+    canonical name (as kb.exact_key compares names: "head and neck neoplasm", MONDO:0005586, is a
+    name of Head and Neck Neoplasms, D006258, which MONDO does not cross-reference); an ancestor
+    with a twin counts as in the scheme through it. A concept with neither is left out."""
     patterns = [re.compile(p) for p in scheme]
 
     def matches(concept_id: str) -> bool:
         return any(p.match(concept_id) for p in patterns)
 
+    twins = _twins(kb, matches)
+
+    def in_scheme(concept_id: str) -> Optional[str]:
+        return concept_id if matches(concept_id) else twins.get(concept_id)
+
     def nearest(parent: str, start: str) -> List[Tuple[int, str]]:
         level, seen = [parent], {start}
         for depth in range(max_depth):
             level = [c for c in dict.fromkeys(kb.resolve_id(b) for b in level) if c is not None and c not in seen]
-            found = [(depth, c) for c in level if matches(c)]
+            found = [(depth, heading) for heading in map(in_scheme, level) if heading is not None]
             if found or not level:
                 return found
             seen.update(level)
@@ -46,9 +54,28 @@ def scheme_answers(kb: KnowledgeBase, scheme: Sequence[str] = MEDIC_SCHEME, max_
             continue
         found = sorted((hit for parent in concept.broader for hit in nearest(parent, concept.concept_id)),
                        key=lambda hit: hit[0])  # the nearest first, in the KB's order among equals
+        if concept.concept_id in twins:
+            found.insert(0, (-1, twins[concept.concept_id]))
         if found:
             answers[concept.concept_id] = list(dict.fromkeys(c for _, c in found))
     return answers
+
+
+def _twins(kb: KnowledgeBase, matches: Callable[[str], bool]) -> Dict[str, str]:
+    """Each concept outside the scheme whose canonical name is a name of exactly one concept in it
+    (exact_key): that concept."""
+    in_scheme: Dict[str, Set[str]] = {}
+    for concept in kb:
+        if matches(concept.concept_id):
+            for name in concept.names:
+                in_scheme.setdefault(exact_key(name), set()).add(concept.concept_id)
+    twins: Dict[str, str] = {}
+    for concept in kb:
+        if not matches(concept.concept_id) and not any(matches(i) for i in concept.alt_ids):
+            bearing = in_scheme.get(exact_key(concept.canonical_name), ())
+            if len(bearing) == 1:
+                twins[concept.concept_id] = next(iter(bearing))
+    return twins
 
 
 def index_answers(index, patterns: Sequence[str]) -> Dict[str, List[str]]:

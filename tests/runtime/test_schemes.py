@@ -25,6 +25,17 @@ def test_a_concept_outside_the_scheme_answers_as_its_nearest_broader_concepts_in
     assert scheme_answers(kb, max_depth=1)["MONDO:6"] == ["D030342"]  # the other side is two levels up
     kb.add(Concept("MONDO:7", "familial hemiplegic migraine 2", broader=["MONDO:5", "D030342"]))
     assert scheme_answers(kb)["MONDO:7"] == ["D030342", "D020325"]  # the nearer first
+    # A concept bearing the name of one concept in the scheme (its twin) answers as it first, and
+    # counts as in the scheme through it when above another; a name two of them bear makes no twin.
+    kb.add(Concept("D006258", "Head and Neck Neoplasms", aliases=["Head and Neck Neoplasm"], types=["C04"]))
+    kb.add(Concept("MONDO:8", "head and neck neoplasm", broader=["MONDO:0004992"]))
+    kb.add(Concept("MONDO:9", "head and neck cancer", broader=["MONDO:0004992", "MONDO:8"]))
+    kb.add(Concept("D000001", "Tumour", types=["C04"]))
+    kb.add(Concept("D000002", "Tumours", aliases=["tumour"], types=["C04"]))
+    kb.add(Concept("MONDO:10", "tumour", broader=["D009369"]))
+    answers = scheme_answers(kb)
+    assert answers["MONDO:8"] == ["D006258", "D009369"] and answers["MONDO:9"] == ["D006258", "D009369"]
+    assert answers["MONDO:10"] == ["D009369"]
 
 
 class _Index:
