@@ -24,9 +24,10 @@ def scheme_answers(kb: KnowledgeBase, scheme: Sequence[str] = MEDIC_SCHEME, max_
     heading on one side ("hereditary disease": Genetic Diseases, Inborn) does not hide the one the
     other side reaches a level further up ("familial hemiplegic migraine" → hemiplegic migraine →
     Migraine with Aura). A concept's twin is the one concept in the scheme that bears its
-    canonical name (as kb.exact_key compares names: "head and neck neoplasm", MONDO:0005586, is a
-    name of Head and Neck Neoplasms, D006258, which MONDO does not cross-reference); an ancestor
-    with a twin counts as in the scheme through it. A concept with neither is left out."""
+    canonical name, or where none does its other names (as kb.exact_key compares names: "head and
+    neck neoplasm", MONDO:0005586, is a name of Head and Neck Neoplasms, D006258, which MONDO does
+    not cross-reference; _twins); an ancestor with a twin counts as in the scheme through it. A
+    concept with neither is left out."""
     patterns = [re.compile(p) for p in scheme]
 
     def matches(concept_id: str) -> bool:
@@ -63,7 +64,9 @@ def scheme_answers(kb: KnowledgeBase, scheme: Sequence[str] = MEDIC_SCHEME, max_
 
 def _twins(kb: KnowledgeBase, matches: Callable[[str], bool]) -> Dict[str, str]:
     """Each concept outside the scheme whose canonical name is a name of exactly one concept in it
-    (exact_key): that concept."""
+    (exact_key), or, where none bears it, whose other names are names of exactly one: that
+    concept ("hereditary nonpolyposis colon cancer", MONDO:0018630, is also "HNPCC", a name of
+    Colorectal Neoplasms, Hereditary Nonpolyposis)."""
     in_scheme: Dict[str, Set[str]] = {}
     for concept in kb:
         if matches(concept.concept_id):
@@ -75,6 +78,10 @@ def _twins(kb: KnowledgeBase, matches: Callable[[str], bool]) -> Dict[str, str]:
             bearing = in_scheme.get(exact_key(concept.canonical_name), ())
             if len(bearing) == 1:
                 twins[concept.concept_id] = next(iter(bearing))
+            elif not bearing:
+                bearing = {c for name in concept.aliases for c in in_scheme.get(exact_key(name), ())}
+                if len(bearing) == 1:
+                    twins[concept.concept_id] = next(iter(bearing))
     return twins
 
 
