@@ -136,8 +136,6 @@ def marker_ids(tokenizer) -> Tuple[int, int]:
     return tuple(ids)
 
 
-
-
 def _one_thread_after_fork() -> None:
     torch.set_num_threads(1)
 

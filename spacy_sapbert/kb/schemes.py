@@ -67,21 +67,18 @@ def _twins(kb: KnowledgeBase, matches: Callable[[str], bool]) -> Dict[str, str]:
     (exact_key), or, where none bears it, whose other names are names of exactly one: that
     concept ("hereditary nonpolyposis colon cancer", MONDO:0018630, is also "HNPCC", a name of
     Colorectal Neoplasms, Hereditary Nonpolyposis)."""
-    in_scheme: Dict[str, Set[str]] = {}
+    bearers: Dict[str, Set[str]] = {}  # a name's concepts in the scheme
     for concept in kb:
         if matches(concept.concept_id):
             for name in concept.names:
-                in_scheme.setdefault(exact_key(name), set()).add(concept.concept_id)
+                bearers.setdefault(exact_key(name), set()).add(concept.concept_id)
     twins: Dict[str, str] = {}
     for concept in kb:
         if not matches(concept.concept_id) and not any(matches(i) for i in concept.alt_ids):
-            bearing = in_scheme.get(exact_key(concept.canonical_name), ())
+            bearing = (bearers.get(exact_key(concept.canonical_name))
+                       or {c for name in concept.aliases for c in bearers.get(exact_key(name), ())})
             if len(bearing) == 1:
                 twins[concept.concept_id] = next(iter(bearing))
-            elif not bearing:
-                bearing = {c for name in concept.aliases for c in in_scheme.get(exact_key(name), ())}
-                if len(bearing) == 1:
-                    twins[concept.concept_id] = next(iter(bearing))
     return twins
 
 

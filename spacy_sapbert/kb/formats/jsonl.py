@@ -11,6 +11,8 @@ logger = logging.getLogger(__name__)
 
 
 JSONL_KEYS = SCISPACY_KEYS + ("alt_ids", "xrefs", "broader")
+# What every line of a KB JSONL must at least be (read_jsonl, read_canonical_names).
+_RECORD = 'a JSON object with string "concept_id" and "canonical_name"'
 
 
 def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
@@ -19,7 +21,7 @@ def read_jsonl(path: PathLike, name: Optional[str] = None) -> KnowledgeBase:
     `broader`). Any other key is refused, so that no field is silently ignored."""
     kb = KnowledgeBase(name=name or Path(path).name.removesuffix(".gz").removesuffix(".jsonl"))
     list_keys = ("aliases", "types", "alt_ids", "xrefs", "broader")
-    expected = 'a JSON object with string "concept_id" and "canonical_name"'
+    expected = _RECORD
     first_line: Dict[str, int] = {}
     repeated: List[Tuple[int, str, int]] = []  # (line, concept_id, the line that gave it first)
     for line_no, line in _lines(path):
@@ -73,7 +75,7 @@ def read_canonical_names(path: PathLike) -> Dict[str, str]:
     """Each concept's canonical name in a KB JSONL (or .jsonl.gz), by id, in file order, without
     the rest of each line (read_jsonl reads and checks it all: for the bundled KB 0.2 s and a few
     MB against 1 s and 50 MB). A repeated id keeps its first line's name, as read_jsonl does."""
-    expected = 'a JSON object with string "concept_id" and "canonical_name"'
+    expected = _RECORD
     names: Dict[str, str] = {}
     for line_no, line in _lines(path):
         try:
