@@ -111,6 +111,15 @@ def exact_key(text: str) -> str:
     return " ".join(_PUNCTUATION.sub(" ", text.casefold()).split())
 
 
+def is_short_form(text: str) -> bool:
+    """A short form: 1 to 10 characters, the first a letter, at least half letters, and two
+    capitals, or one in a form of one or two characters; a capitalised word ("paclitaxel
+    (Taxol)") is a synonym, not a short form."""
+    capitals = sum(c.isupper() for c in text)
+    return (0 < len(text) <= 10 and text[0].isalpha() and (capitals >= 2 or (capitals and len(text) <= 2))
+            and sum(c.isalpha() for c in text) * 2 >= len(text) and " " not in text)
+
+
 def name_hash(text: str) -> int:
     """exact_key(text) as a 64-bit number, the same in every process (Python's own hash is
     salted): what the index compares names by when a mention is checked for an exact name

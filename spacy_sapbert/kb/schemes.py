@@ -9,7 +9,7 @@ such a mention with that heading.
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from .concepts import KnowledgeBase, exact_key
+from .concepts import KnowledgeBase, exact_key, is_short_form
 
 # MEDIC's scheme: MeSH descriptors and supplementary concepts (6 or 9 digits; a UMLS CUI, C and
 # 7 digits, is not MeSH's), and OMIM.
@@ -24,10 +24,10 @@ def scheme_answers(kb: KnowledgeBase, scheme: Sequence[str] = MEDIC_SCHEME, max_
     heading on one side ("hereditary disease": Genetic Diseases, Inborn) does not hide the one the
     other side reaches a level further up ("familial hemiplegic migraine" → hemiplegic migraine →
     Migraine with Aura). A concept's twin is the one concept in the scheme that bears its
-    canonical name, or where none does its other names (as kb.exact_key compares names: "head and
-    neck neoplasm", MONDO:0005586, is a name of Head and Neck Neoplasms, D006258, which MONDO does
-    not cross-reference; _twins); an ancestor with a twin counts as in the scheme through it. A
-    concept with neither is left out."""
+    canonical name, or where none does its other names that are not short forms (as kb.exact_key
+    compares names: "head and neck neoplasm", MONDO:0005586, is a name of Head and Neck Neoplasms,
+    D006258, which MONDO does not cross-reference; _twins); an ancestor with a twin counts as in
+    the scheme through it. A concept with neither is left out."""
     patterns = [re.compile(p) for p in scheme]
 
     def matches(concept_id: str) -> bool:
@@ -65,8 +65,9 @@ def scheme_answers(kb: KnowledgeBase, scheme: Sequence[str] = MEDIC_SCHEME, max_
 def _twins(kb: KnowledgeBase, matches: Callable[[str], bool]) -> Dict[str, str]:
     """Each concept outside the scheme whose canonical name is a name of exactly one concept in it
     (exact_key), or, where none bears it, whose other names are names of exactly one: that
-    concept ("hereditary nonpolyposis colon cancer", MONDO:0018630, is also "HNPCC", a name of
-    Colorectal Neoplasms, Hereditary Nonpolyposis)."""
+    concept ("hereditary nonpolyposis colon cancer", MONDO:0018630, is also "Lynch syndrome", a
+    name of Colorectal Neoplasms, Hereditary Nonpolyposis). Short forms (is_short_form) make no
+    twin: "COAD" names colon adenocarcinoma in MONDO and COPD in MeSH."""
     bearers: Dict[str, Set[str]] = {}  # a name's concepts in the scheme
     for concept in kb:
         if matches(concept.concept_id):
@@ -76,7 +77,8 @@ def _twins(kb: KnowledgeBase, matches: Callable[[str], bool]) -> Dict[str, str]:
     for concept in kb:
         if not matches(concept.concept_id) and not any(matches(i) for i in concept.alt_ids):
             bearing = (bearers.get(exact_key(concept.canonical_name))
-                       or {c for name in concept.aliases for c in bearers.get(exact_key(name), ())})
+                       or {c for name in concept.aliases if not is_short_form(name)
+                           for c in bearers.get(exact_key(name), ())})
             if len(bearing) == 1:
                 twins[concept.concept_id] = next(iter(bearing))
     return twins

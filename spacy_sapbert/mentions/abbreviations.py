@@ -10,6 +10,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 from spacy.lang.en.stop_words import STOP_WORDS
 from spacy.tokens import Doc, Span
 
+from ..kb.concepts import is_short_form
 from .elements import element_name
 from .formulas import formula_name
 
@@ -244,15 +245,6 @@ def missed_definitions(doc: Doc, found: Dict[str, Span]) -> Dict[str, Span]:
         if _plural(short) and singular not in found and singular not in added:
             added[singular] = form
     return added
-
-
-def is_short_form(text: str) -> bool:
-    """A short form: 1 to 10 characters, the first a letter, at least half letters, and two
-    capitals, or one in a form of one or two characters; a capitalised word ("paclitaxel
-    (Taxol)") is a synonym, not a short form."""
-    capitals = sum(c.isupper() for c in text)
-    return (0 < len(text) <= 10 and text[0].isalpha() and (capitals >= 2 or (capitals and len(text) <= 2))
-            and sum(c.isalpha() for c in text) * 2 >= len(text) and " " not in text)
 
 
 def _plural(short: str) -> bool:

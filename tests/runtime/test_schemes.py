@@ -37,11 +37,17 @@ def test_a_concept_outside_the_scheme_answers_as_its_nearest_broader_concepts_in
     assert answers["MONDO:8"] == ["D006258", "D009369"] and answers["MONDO:9"] == ["D006258", "D009369"]
     assert answers["MONDO:10"] == ["D009369"]
     # Where no concept in the scheme bears its canonical name, its other names may make the twin.
-    kb.add(Concept("D003123", "Colorectal Neoplasms, Hereditary Nonpolyposis", aliases=["HNPCC"], types=["C04"]))
-    kb.add(Concept("MONDO:11", "hereditary nonpolyposis colon cancer", aliases=["HNPCC", "tumour"], broader=["D009369"]))
-    kb.add(Concept("MONDO:12", "Lynch-like syndrome", aliases=["HNPCC"], broader=["D009369"]))
+    kb.add(Concept("D003123", "Colorectal Neoplasms, Hereditary Nonpolyposis",
+                   aliases=["HNPCC", "Lynch Syndrome"], types=["C04"]))
+    kb.add(Concept("MONDO:11", "hereditary nonpolyposis colon cancer", aliases=["Lynch syndrome", "tumour"],
+                   broader=["D009369"]))
+    kb.add(Concept("MONDO:12", "Lynch-like syndrome", aliases=["Lynch syndrome"], broader=["D009369"]))
     assert scheme_answers(kb)["MONDO:11"] == ["D009369"]  # its names bear three concepts: no twin
     assert scheme_answers(kb)["MONDO:12"] == ["D003123", "D009369"]
+    # A short form makes no twin: "COAD" is colon adenocarcinoma's and, in MeSH, COPD's.
+    kb.add(Concept("D029424", "Pulmonary Disease, Chronic Obstructive", aliases=["COAD"], types=["C08"]))
+    kb.add(Concept("MONDO:13", "colon adenocarcinoma", aliases=["COAD", "HNPCC"], broader=["D009369"]))
+    assert scheme_answers(kb)["MONDO:13"] == ["D009369"]
 
 
 class _Index:
