@@ -38,7 +38,7 @@ class Precision(str, Enum):
 
 # The flags a command line user typed, for the config keys the library's messages name.
 _FLAGS = {"encoder.model": "--model", "encoder.precision": "--precision", "index.index": "--index",
-          "index.names": "--names"}
+          "index.names": "--names", "fix labels in the sapbert_linker config": "fix --labels or leave it out"}
 
 
 def _fail(err: Exception) -> None:
@@ -49,10 +49,16 @@ def _fail(err: Exception) -> None:
     raise typer.Exit(1)
 
 
-def _check_link_arguments(text: Optional[str], input: Optional[Path], names: Optional[str]) -> None:
+def _check_link_arguments(text: Optional[str], input: Optional[Path], names: Optional[str],
+                          threshold: float = 0.7) -> None:
     """One sentence naming the option, before a pipeline is made."""
     if (text is None) == (input is None):
         _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
+    if input is not None and str(input) != "-" and not _is_corpus_input(input) and not input.is_file():
+        _fail(ValueError(f"--input {str(input)!r} does not exist; give a JSONL or text file, a folder or a glob of "
+                         "them, or '-' for standard input."))
+    if not 0 <= threshold <= 1:
+        _fail(ValueError(f"--threshold ({threshold}) must lie in [0, 1] (0 keeps every concept)."))
     if names is not None and not Path(names).expanduser().is_file():
         _fail(ValueError(f"--names {names!r} is not a file; give a tab-separated file of names and concept ids, "
                          "one pair per line."))
@@ -319,7 +325,7 @@ def link(
     --docs-per-shard lines of each file; a rerun skips the shards already complete."""
     from .corpus.shards import CorpusError, LinkSettings, ShardLinker
 
-    _check_link_arguments(text, input, names)
+    _check_link_arguments(text, input, names, threshold)
     settings = LinkSettings(ner=ner, model=model, index=index, names=names, threshold=threshold, k=k,
                             labels=tuple(x for x in labels.split(",") if x), precision=precision.value,
                             input_format=input_format.value, output_format=output_format.value,
@@ -359,8 +365,8 @@ def _say_what_the_ner_covers(linker, ner: Optional[str]) -> None:
     from .corpus.shards import outside_hint
 
     hint = outside_hint(linker.found, ner)
-    if hint:
-        msg.info(hint)
+    if hint:  # on stderr, so that the table or the records piped on stdout stay clean
+        typer.echo(f"\u2139 {hint}", err=True)
 
 
 @app.command("export-onnx")

@@ -75,16 +75,21 @@ def is_named(index: str) -> bool:
     return index in NAMED_KBS or index.startswith(UMLS_PREFIX)
 
 
+def umls_files(index: str) -> Path:
+    """The MRCONSO.RRF of a "umls:META_FOLDER" index, which must be there."""
+    folder = Path(index[len(UMLS_PREFIX):]).expanduser()
+    if not (folder / "MRCONSO.RRF").is_file():
+        raise FileNotFoundError(f"{folder} holds no MRCONSO.RRF; give umls: the META folder of a UMLS release.")
+    return folder / "MRCONSO.RRF"
+
+
 def named_kb(index: str) -> KnowledgeBase:
     """The knowledge base `index` names; a UMLS folder must hold MRCONSO.RRF (MRSTY.RRF optional)."""
     if index.startswith(UMLS_PREFIX):
         from .formats import read_umls
 
-        folder = Path(index[len(UMLS_PREFIX):]).expanduser()
-        mrconso = folder / "MRCONSO.RRF"
-        if not mrconso.exists():
-            raise FileNotFoundError(f"{folder} holds no MRCONSO.RRF; give umls: the META folder of a UMLS release.")
-        mrsty = folder / "MRSTY.RRF"
+        mrconso = umls_files(index)
+        mrsty = mrconso.with_name("MRSTY.RRF")
         return read_umls(mrconso, mrsty if mrsty.exists() else None)
     if index not in NAMED_KBS:
         raise ValueError(f"{index!r} names no knowledge base; use one of {', '.join(NAMED_KBS)} or umls:META_FOLDER.")

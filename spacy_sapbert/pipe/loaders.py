@@ -137,6 +137,17 @@ class IndexLoader:
     scheme: str = "auto"
     supplement: bool = True
 
+    def __post_init__(self) -> None:
+        # Checked here, at add_pipe, not as a regular expression error at the first document.
+        import re
+
+        for pattern in ([] if self.scheme == "auto" else self.scheme.split(",")):
+            try:
+                re.compile(pattern.strip())
+            except re.error as err:
+                raise ValueError(f"index.scheme pattern {pattern.strip()!r} is no regular expression ({err}); give "
+                                 "\"auto\", \"\" or id patterns, comma-separated, in the sapbert_linker index config.") from None
+
     def _own_folder(self) -> Optional[Path]:
         """The folder of the index named (the bundled one's for "default"), None for a knowledge
         base by name."""

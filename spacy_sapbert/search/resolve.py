@@ -37,7 +37,7 @@ def named_index_path(name: str, encoder, output: Optional[Path] = None) -> Path:
     """The index of the knowledge base `name` (kb.named: "mesh", "hpo", …, "umls:META_FOLDER")
     for `encoder`, built on first use (the names encoded with a progress bar, then an HNSW graph
     over 8-bit codes) and cached, or written to `output`."""
-    from ..kb.named import NAMED_KBS, label_types, named_kb
+    from ..kb.named import NAMED_KBS, label_types, named_kb, umls_files
     from .index import ConceptIndex
 
     precision = getattr(encoder, "precision", "fp32")
@@ -52,6 +52,8 @@ def named_index_path(name: str, encoder, output: Optional[Path] = None) -> Path:
         shutil.rmtree(vectors, ignore_errors=True)
 
     named = NAMED_KBS.get(name)
+    if named is None and not _cached_index_intact(cached, encoder.fingerprint):
+        umls_files(name)  # a folder without MRCONSO.RRF: its sentence before a build is announced
     takes = named.measured.split(",")[0] if named and named.measured else "minutes to tens of minutes on a CPU"
     return cached_build(cached, build, lambda path: _cached_index_intact(path, encoder.fingerprint),
                         f"index of the {name} knowledge base", takes=takes)

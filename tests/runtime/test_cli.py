@@ -292,6 +292,23 @@ def test_errors_name_the_flags_typed_not_config_keys(tmp_path):
     result = runner.invoke(app, ["link", "metformin", "--index", str(tmp_path / "nowhere")])
     assert result.exit_code == 1
     assert "--index" in said(result) and "index.index" not in said(result)
+    result = runner.invoke(app, ["link", "metformin", "--threshold", "1.5"])
+    assert result.exit_code == 1 and "--threshold (1.5) must lie in [0, 1]" in said(result)
+    result = runner.invoke(app, ["link", "--input", str(tmp_path / "nofile.jsonl")])
+    assert result.exit_code == 1 and "nofile.jsonl' does not exist; give a JSONL or text file" in said(result)
+
+
+def test_link_labels_the_ner_does_not_predict_name_the_flag(cli_index, tiny_model, tmp_path):
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("ner").add_label("Disease")
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "ner")
+    result = runner.invoke(app, ["link", "metformin", "--labels", "Gene", "--ner", str(tmp_path / "ner"),
+                                 "--model", str(tiny_model), "--index", str(cli_index)])
+    assert result.exit_code == 1 and "labels lists 'Gene'" in said(result)
+    assert "fix --labels or leave it out" in said(result) and "sapbert_linker config" not in said(result)
 
 
 def test_the_command_line_imports_where_there_is_no_fork_and_no_resource_module():
@@ -332,5 +349,6 @@ def test_link_says_what_the_bundled_ner_covers_when_a_text_yields_nothing():
     empty and one line says what the NER covers and how to bring another (--ner)."""
     result = CliRunner().invoke(app, ["link", "Pt w/ HTN. c/o SOB x3d."])
     assert result.exit_code == 0, result.output
-    hint = [line for line in result.output.splitlines() if "yielded no linked entity" in line]
-    assert hint and "--ner" in result.output and "bundled NER finds Disease and Chemical" in result.output
+    hint = [line for line in result.stderr.splitlines() if "yielded no linked entity" in line]
+    assert hint and "--ner" in result.stderr and "bundled NER finds Disease and Chemical" in result.stderr
+    assert "yielded no linked entity" not in result.stdout  # stdout holds the table alone

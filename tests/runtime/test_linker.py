@@ -326,6 +326,12 @@ def test_an_encoder_device_that_cannot_run_fails_at_add_pipe(encoder, match):
     spacy.blank("en").add_pipe("sapbert_linker", config={"encoder": {"device": "cuda:0", "precision": "fp32"}})
 
 
+def test_a_scheme_that_is_no_regular_expression_fails_at_add_pipe():
+    with pytest.raises(ValueError, match=r"^index.scheme pattern '\[bad' is no regular expression \(unterminated"):
+        spacy.blank("en").add_pipe("sapbert_linker", config={"index": {"scheme": "D[0-9]+, [bad"}})
+    spacy.blank("en").add_pipe("sapbert_linker", config={"index": {"scheme": "D[0-9]+,OMIM:"}})
+
+
 def test_exact_match_skips_encoding_names_of_the_index(tiny_model, tiny_index_dir):
     nlp, linker, encoded = _cached_nlp(tiny_model, tiny_index_dir, cache_size=0, scoring={"exact_match": True})
     nlp.get_pipe("entity_ruler").add_patterns([{"label": "Chemical", "pattern": "Tumour"}])

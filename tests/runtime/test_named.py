@@ -66,6 +66,10 @@ def test_names_that_are_no_knowledge_base_get_one_sentence(tmp_path):
         named_kb(f"umls:{tmp_path}")
     result = CliRunner().invoke(app, ["build-index", "--kb", str(tmp_path / "kb.jsonl")])
     assert result.exit_code == 1 and "--output is needed to index the file" in result.output
+    # A UMLS folder without MRCONSO.RRF: that sentence alone, before any build is announced.
+    result = CliRunner().invoke(app, ["build-index", "--kb", f"umls:{tmp_path / 'META'}"])
+    assert result.exit_code == 1 and "holds no MRCONSO.RRF" in result.output
+    assert "Building" not in result.output and "cache" not in result.output
     assert set(NAMED_KBS) == {"mesh", "mondo", "hpo", "go", "chebi", "doid"}
 
 
