@@ -433,6 +433,28 @@ def info(path: Optional[Path] = typer.Argument(None, help="An index directory, o
                                    f"{extra.get('n_names', 0):,} names ({extra.get('index_type', '')}, "
                                    f"{_megabytes(supplement.parent):.1f} MB)"))
     msg.table(rows, title=str(meta_path.parent), divider=True)
+    if meta_path.parent != path:
+        _linker_settings(path)
+
+
+def _linker_settings(path: Path) -> None:
+    """A saved pipeline's sapbert_linker settings, as its config.cfg records them (sub-configs'
+    keys dotted: encoder.model)."""
+    from spacy.util import load_config
+
+    config_file = path / "config.cfg"
+    if not config_file.is_file():
+        return
+    components = load_config(config_file, interpolate=False).get("components", {})
+    for name, settings in components.items():
+        if settings.get("factory") != "sapbert_linker":
+            continue
+        ordered = sorted(settings.items(), key=lambda item: isinstance(item[1], dict))  # its own keys first
+        rows = [(f"{key}.{sub}" if isinstance(value, dict) else key, inner)
+                for key, value in ordered if key != "factory"
+                for sub, inner in (value.items() if isinstance(value, dict) else [(None, value)])
+                if not str(sub).startswith("@")]
+        msg.table([(key, json.dumps(value)) for key, value in rows], title=f"{path} ({name})", divider=True)
 
 
 def _megabytes(folder: Path) -> float:

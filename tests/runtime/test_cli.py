@@ -156,6 +156,8 @@ def test_info_on_a_saved_pipeline_shows_its_linker_index(cli_index, tiny_model, 
     nlp.to_disk(tmp_path / "pipeline")
     result = runner.invoke(app, ["info", str(tmp_path / "pipeline")])
     assert result.exit_code == 0 and "model_fingerprint" in said(result) and "lang" not in said(result).split()
+    # and the linker's own settings, as the pipeline's config records them
+    assert "threshold" in said(result) and "0.7" in said(result) and "encoder.model" in said(result)
 
 
 def test_link_reads_stdin_keeps_blank_lines_and_tells_jsonl_by_content(cli_index, ner_dir, tiny_model, tmp_path):
