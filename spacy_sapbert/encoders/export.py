@@ -96,7 +96,7 @@ def _export_fp32(encoder, inputs: Sequence[str], target: Path) -> Path:
     """The whole job (encoder, pooling, L2 normalisation) as one fp32 ONNX graph at `target`."""
     import torch
 
-    from .transformer import pool
+    from .transformer import pooling_weights
 
     class Embed(torch.nn.Module):
         def __init__(self, model, pooling, markers):
@@ -106,7 +106,15 @@ def _export_fp32(encoder, inputs: Sequence[str], target: Path) -> Path:
         def forward(self, *tensors):
             batch = dict(zip(inputs, tensors))
             hidden = self.model(**batch).last_hidden_state
-            vectors = pool(hidden, batch["attention_mask"], self.pooling, batch["input_ids"], self.markers)
+            if self.pooling == "cls":
+                vectors = hidden[:, 0]
+            else:
+                # transformer.pool's mean as a batched product ([B, 1, L] @ [B, L, H]): ONNX
+                # Runtime sums each row the same way in any batch, one row included, so a lone
+                # text runs alone (format 3); a ReduceSum over tokens rounds one row otherwise.
+                weights = pooling_weights(hidden, batch["attention_mask"], self.pooling, batch["input_ids"],
+                                          self.markers)
+                vectors = (weights.unsqueeze(1) @ hidden).squeeze(1) / weights.sum(1, keepdim=True).clamp(min=1e-9)
             return torch.nn.functional.normalize(vectors, dim=-1)
 
     sample = encoder.tokenizer(["lactic acidosis", "type 2 diabetes mellitus"], padding=True, return_tensors="pt")

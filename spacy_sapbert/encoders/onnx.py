@@ -35,9 +35,14 @@ ONNX_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 
 
+# 3: the pooling's sum over tokens is a batched product ([B, 1, L] @ [B, L, H]), which ONNX Runtime
+# computes for each row the same way in any batch, a batch of one included, so a lone text runs
+# alone (its ReduceSum took another path for one row: 61 of 384 components 1 ulp off).
 # 2: int8 activations quantised with fixed, calibrated scales (static_activation_scales), so a
 # text's vector no longer depends on the other texts of its batch. 1: per-batch scales.
-ONNX_FORMAT_VERSION = 2
+ONNX_FORMAT_VERSION = 3
+# The versions this runtime reads: a version-2 export runs a lone text beside a copy of itself.
+READ_FORMAT_VERSIONS = (2, 3)
 # Below this many texts, `encode` tokenizes them one by one instead of in one batch call.
 SERIAL_TOKENIZING = 64
 
@@ -108,9 +113,10 @@ class OnnxEncoder:
             raise EncoderError(f"{path} records no export (no {ONNX_META} with an \"onnx\" section), so it is not "
                                "an exported ONNX encoder; "
                                "write one with `spacy-sapbert export-onnx`.")
-        if meta.get("format_version") != ONNX_FORMAT_VERSION:
+        if meta.get("format_version") not in READ_FORMAT_VERSIONS:
             raise EncoderError(f"{path}'s export has format version {meta.get('format_version')!r}, "
-                               f"but this spacy-sapbert reads version {ONNX_FORMAT_VERSION}; export the model again.")
+                               f"but this spacy-sapbert reads versions {' and '.join(map(str, READ_FORMAT_VERSIONS))}; "
+                               "export the model again.")
         if pooling not in ("auto", meta["pooling"]):
             raise EncoderError(f"{path} was exported with {meta['pooling']} pooling, which is part of its "
                                f"graph, so pooling={pooling!r} cannot apply; export it again to change it.")
@@ -135,6 +141,7 @@ class OnnxEncoder:
         self.precision = meta["precision"]
         self.batch_size = batch_size
         self.threads = threads
+        self._lone_copy = meta["format_version"] < 3  # a one-row batch rounds its pooling otherwise
         self.tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
         self.tokenizer.enable_truncation(self.max_length)
         self.tokenizer.no_padding()  # encode batches texts of one token length: nothing to pad
@@ -181,8 +188,9 @@ class OnnxEncoder:
 
         A batch holds texts of one token length, so nothing is padded, and with static
         activation scales (format 2) a text's vector does not depend on its batch's other texts,
-        bit for bit. ONNX Runtime's one-row kernels round differently from its many-row ones (61
-        of 384 components by 1 ulp), so a lone text runs beside a copy of itself."""
+        bit for bit. From format 3 a lone text runs alone (a document's texts are mostly of
+        different lengths); a format-2 graph's pooling rounds one row differently from many (61
+        of 384 components by 1 ulp), so there it runs beside a copy of itself."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not len(texts):
             return out
@@ -203,7 +211,7 @@ class OnnxEncoder:
         if show_progress is None:
             show_progress = len(texts) >= PROGRESS_MIN_TEXTS
         def run(rows: List[int]) -> None:
-            run_rows = rows * 2 if len(rows) == 1 else rows
+            run_rows = rows * 2 if len(rows) == 1 and self._lone_copy else rows
             ids = np.array([encodings[r].ids for r in run_rows], dtype=np.int64)
             feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
             if "token_type_ids" in self.meta["inputs"]:

@@ -160,7 +160,40 @@ def test_an_int8_vector_does_not_depend_on_the_rest_of_its_batch_bit_for_bit(onn
         np.testing.assert_array_equal(onnx.encode(BATCH_TEXTS), alone)
         np.testing.assert_array_equal(onnx.encode([BATCH_TEXTS[i] for i in order]), alone[order])
         np.testing.assert_array_equal(onnx.encode(BATCH_TEXTS[::3]), alone[::3])
-    assert onnx.meta["activation_scales"] == "static" and onnx.meta["format_version"] == 2
+    assert onnx.meta["activation_scales"] == "static" and onnx.meta["format_version"] == 3
+
+
+def _rows_run(onnx, texts) -> list:
+    """The number of rows of each ONNX Runtime call that encoding `texts` makes."""
+    session, rows = onnx.session(), []
+    run = session.run
+    session.run = lambda names, feeds: rows.append(len(feeds["input_ids"])) or run(names, feeds)
+    try:
+        onnx.encode(texts)
+    finally:
+        del session.run
+    return rows
+
+
+def test_a_lone_text_runs_alone_and_gets_the_vector_a_batch_gives_it(onnx_dirs, tmp_path):
+    """Format 3 pools by a product that rounds one row as it rounds many, so a document's lone
+    texts cost one row, not two; a format-2 export still runs a lone text beside a copy."""
+    import shutil
+
+    onnx = OnnxEncoder(onnx_dirs["int8"], threads=1)
+    assert _rows_run(onnx, ["lactic acidosis"]) == [1]
+    in_batch = onnx.encode(BATCH_TEXTS)
+    for i, text in enumerate(BATCH_TEXTS):
+        np.testing.assert_array_equal(onnx.encode([text])[0], in_batch[i])
+    older = shutil.copytree(onnx_dirs["int8"], tmp_path / "format2")
+    settings = json.loads((older / ONNX_META).read_text())
+    settings["onnx"]["format_version"] = 2
+    (older / ONNX_META).write_text(json.dumps(settings))
+    assert _rows_run(OnnxEncoder(older, threads=1), ["lactic acidosis"]) == [2]
+    settings["onnx"]["format_version"] = 1
+    (older / ONNX_META).write_text(json.dumps(settings))
+    with pytest.raises(EncoderError, match="reads versions 2 and 3; export the model again"):
+        OnnxEncoder(older)
 
 
 def test_links_are_the_same_whatever_the_batching(onnx_dirs, tiny_index_dir):
