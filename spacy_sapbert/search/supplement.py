@@ -12,9 +12,11 @@ the main index's concepts.
     supplemented = SupplementedIndex(ConceptIndex.load(main), ConceptIndex.load(main / SUPPLEMENT_DIR))
 """
 import json
+import os
 import shutil
 from collections import ChainMap
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Container, Iterator, List, Optional, Tuple, Union
 
@@ -22,13 +24,24 @@ import numpy as np
 
 from ..cache import file_records
 from ..kb.concepts import Concept, KnowledgeBase
-from .index import (CONCEPTS_FILE, FAISS_FILE, IDS_FILE, META_FILE, ROW_KEYS_FILE, ROW_NAMES_FILE, ROWS_FILE,
-                    ConceptIndex, ConceptIndexError, PackedIds, RowNames, stored_types, write_row_files)
+from .index import (CONCEPTS_FILE, FAISS_FILE, IDS_FILE, META_FILE, PARALLEL_QUERIES, ROW_KEYS_FILE, ROW_NAMES_FILE,
+                    ROWS_FILE, ConceptIndex, ConceptIndexError, PackedIds, RowNames, stored_types, write_row_files)
 
 SUPPLEMENT_DIR = "supplement"
 # The supplement's row names, one a line (utf-8, gzip with mtime 0), and their kb.name_hash keys.
 NAMES_FILE = ROW_NAMES_FILE
 KEYS_FILE = ROW_KEYS_FILE
+_SIDE: dict = {}  # this process's thread for the supplement's search (a forked child makes its own)
+
+
+def _side_thread() -> ThreadPoolExecutor:
+    """One thread that searches the supplement while the caller searches the main index (FAISS
+    lets go of the GIL while it searches)."""
+    pid = os.getpid()
+    if pid not in _SIDE:
+        _SIDE.clear()
+        _SIDE[pid] = ThreadPoolExecutor(1, thread_name_prefix="sapbert-supplement")
+    return _SIDE[pid]
 
 
 def save_supplement(index: ConceptIndex, path: Union[str, Path]) -> Path:
@@ -119,6 +132,7 @@ class SupplementedIndex:
         self.path = main.path
         self.index = main.index
         self._kb: Optional[KnowledgeBase] = None
+        self.side_by_side = True  # a document's queries search both indexes at once (search_rows)
 
     # What the linker asks of any index.
     @property
@@ -147,10 +161,17 @@ class SupplementedIndex:
                     type_prefixes: Optional[Sequence[str]] = None) -> Tuple[np.ndarray, np.ndarray]:
         """The best `n_rows` rows of both (ConceptIndex.search_rows), the main index's first
         among equal scores; the supplement is not searched where none of its rows may answer."""
-        scores, rows = self.main.search_rows(vectors, n_rows, type_prefixes)
         if not self.supplement.allowed_rows(type_prefixes):
-            return scores, rows
-        more_scores, more_rows = self.supplement.search_rows(vectors, min(n_rows, self.rows), type_prefixes)
+            return self.main.search_rows(vectors, n_rows, type_prefixes)
+        more = (vectors, min(n_rows, self.rows), type_prefixes)
+        if len(vectors) < PARALLEL_QUERIES and self.side_by_side:
+            # A few queries (a document's) search each index on one thread: the two side by side.
+            pending = _side_thread().submit(self.supplement.search_rows, *more)
+            scores, rows = self.main.search_rows(vectors, n_rows, type_prefixes)
+            more_scores, more_rows = pending.result()
+        else:
+            scores, rows = self.main.search_rows(vectors, n_rows, type_prefixes)
+            more_scores, more_rows = self.supplement.search_rows(*more)
         more_rows = np.where(more_rows >= 0, more_rows + len(self.main), -1)
         both_rows = np.concatenate([rows, more_rows], axis=1)
         both = np.concatenate([scores, more_scores], axis=1)

@@ -98,6 +98,21 @@ def test_search_merges_both_best_first(tiny_model, supplemented_dir):
     assert index.allowed_rows(("D",)) == index.main.allowed_rows(("D",)) + 3
 
 
+def test_a_document_s_queries_search_both_side_by_side_as_one_after_the_other(tiny_model, supplemented_dir):
+    _, pipe = demo_linker(tiny_model, supplemented_dir)
+    index = pipe.generator.index
+    vectors = pipe.generator.encoder.encode(["aspirin", "metformin", "riomet", "lactic acidosis"])
+    assert index.side_by_side
+    together = index.search_rows(vectors, 4, ("D",))
+    index.side_by_side = False
+    try:
+        apart = index.search_rows(vectors, 4, ("D",))
+    finally:
+        index.side_by_side = True
+    for a, b in zip(together, apart):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_saved_pipeline_keeps_the_supplement(tiny_model, supplemented_dir, tmp_path):
     import spacy
 
