@@ -74,6 +74,8 @@ def export_onnx(
         # per-batch scales, vectors the same whatever the batch to 5e-8 (per-batch: 0.04).
         quantisation = static_activation_scales(output / ONNX_FILE, output / TOKENIZER_FILE, inputs,
                                                 calibration_texts(calibration), encoder.max_length)
+    if encoder.pooling != "cls":
+        pool_by_product(output / ONNX_FILE)
     # the hybrid's weight, the context mode, the marginal's tau travel with it
     records = {name: record for name, record in read_settings(model).items() if name in MODEL_RECORDS}
     if not (output / TOKENIZER_FILE).exists():
@@ -96,7 +98,7 @@ def _export_fp32(encoder, inputs: Sequence[str], target: Path) -> Path:
     """The whole job (encoder, pooling, L2 normalisation) as one fp32 ONNX graph at `target`."""
     import torch
 
-    from .transformer import pooling_weights
+    from .transformer import pool
 
     class Embed(torch.nn.Module):
         def __init__(self, model, pooling, markers):
@@ -106,15 +108,7 @@ def _export_fp32(encoder, inputs: Sequence[str], target: Path) -> Path:
         def forward(self, *tensors):
             batch = dict(zip(inputs, tensors))
             hidden = self.model(**batch).last_hidden_state
-            if self.pooling == "cls":
-                vectors = hidden[:, 0]
-            else:
-                # transformer.pool's mean as a batched product ([B, 1, L] @ [B, L, H]): ONNX
-                # Runtime sums each row the same way in any batch, one row included, so a lone
-                # text runs alone (format 3); a ReduceSum over tokens rounds one row otherwise.
-                weights = pooling_weights(hidden, batch["attention_mask"], self.pooling, batch["input_ids"],
-                                          self.markers)
-                vectors = (weights.unsqueeze(1) @ hidden).squeeze(1) / weights.sum(1, keepdim=True).clamp(min=1e-9)
+            vectors = pool(hidden, batch["attention_mask"], self.pooling, batch["input_ids"], self.markers)
             return torch.nn.functional.normalize(vectors, dim=-1)
 
     sample = encoder.tokenizer(["lactic acidosis", "type 2 diabetes mellitus"], padding=True, return_tensors="pt")
@@ -127,6 +121,47 @@ def _export_fp32(encoder, inputs: Sequence[str], target: Path) -> Path:
             opset_version=17, dynamo=False,
         )
     return target
+
+
+def pool_by_product(onnx_file: Path) -> None:
+    """Rewrite, in place, the pooling's sum over tokens (`transformer.pool`: Mul by the token
+    weights, ReduceSum over the tokens, then Div and the L2 norm) as a batched product, Transpose
+    of the weights then MatMul ([B, 1, L] @ [B, L, H]): ONNX Runtime's ReduceSum over the middle
+    axis rounds a batch of one row otherwise than many (61 of 384 components 1 ulp off), its
+    MatMul each row alike in any batch, so a lone text runs alone (format 3). The weights, one or
+    zero, are the same; so is every other node."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(onnx_file))
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    consumers: dict = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def normalised(node) -> bool:  # the Div of the mean, whose result the L2 norm reads
+        return node.op_type == "Div" and any(n.op_type == "ReduceL2" for n in consumers.get(node.output[0], ()))
+
+    sums = [node for node in graph.node if node.op_type == "ReduceSum" and node.input[0] in producer
+            and producer[node.input[0]].op_type == "Mul" and any(map(normalised, consumers.get(node.output[0], ())))]
+    if len(sums) != 1:
+        raise EncoderError(f"{onnx_file} has {len(sums)} pooling sums where the export writes one; export the model again.")
+    total, mul = sums[0], producer[sums[0].input[0]]
+    hidden, weights = mul.input  # weights: (batch, tokens, 1)
+    at = list(graph.node).index(total)
+    graph.initializer.append(numpy_helper.from_array(np.array([1], dtype=np.int64), "/pool/axis"))
+    product = [helper.make_node("Transpose", [weights], ["/pool/weights"], perm=[0, 2, 1]),
+               helper.make_node("MatMul", ["/pool/weights", hidden], ["/pool/sum"]),
+               helper.make_node("Squeeze", ["/pool/sum", "/pool/axis"], [total.output[0]])]
+    graph.node.remove(total)
+    for offset, node in enumerate(product):
+        graph.node.insert(at + offset, node)
+    if len(consumers[mul.output[0]]) == 1:
+        graph.node.remove(mul)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(onnx_file))
 
 
 def _quantise_weights(fp32: Path, target: Path) -> None:

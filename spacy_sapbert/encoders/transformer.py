@@ -109,18 +109,11 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str,
     it too, so a model links as it was trained."""
     if pooling == "cls":
         return hidden[:, 0]
-    weights = pooling_weights(hidden, attention_mask, pooling, input_ids, markers)
+    weights = attention_mask.to(hidden.dtype)
+    if pooling == "mention":
+        weights = mention_mask(input_ids, weights, markers)
     mask = weights.unsqueeze(-1)
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-
-
-def pooling_weights(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str,
-                    input_ids: Optional[torch.Tensor] = None,
-                    markers: Optional[Tuple[int, int]] = None) -> torch.Tensor:
-    """Each token's weight (batch, tokens) in "mean" or "mention" pooling: 1.0 for the tokens
-    pooled, 0.0 for the others."""
-    weights = attention_mask.to(hidden.dtype)
-    return mention_mask(input_ids, weights, markers) if pooling == "mention" else weights
 
 
 def mention_mask(input_ids: torch.Tensor, attention: torch.Tensor, markers: Tuple[int, int]) -> torch.Tensor:
