@@ -196,6 +196,18 @@ def test_a_lone_text_runs_alone_and_gets_the_vector_a_batch_gives_it(onnx_dirs, 
         OnnxEncoder(older)
 
 
+def test_a_graph_already_pooling_by_product_is_not_rewritten_again(onnx_dirs, tmp_path):
+    import shutil
+
+    from spacy_sapbert.encoders.export import pool_by_product
+
+    copy = shutil.copytree(onnx_dirs["fp32"], tmp_path / "again")
+    before = (copy / "model.onnx").read_bytes()
+    with pytest.raises(EncoderError, match="has 0 pooling sums where the export writes one; export the model again"):
+        pool_by_product(copy / "model.onnx")
+    assert (copy / "model.onnx").read_bytes() == before
+
+
 def test_links_are_the_same_whatever_the_batching(onnx_dirs, tiny_index_dir):
     from conftest import ruler_nlp
 
