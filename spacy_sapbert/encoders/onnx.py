@@ -76,6 +76,24 @@ def damaged_file(path: Path, meta: dict) -> Optional[str]:
     return f"{damaged[0]} does not match the checksum its export records, so it is damaged; export the model again."
 
 
+class _NoProgress:
+    def update(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, show: bool):
+    """A progress bar over `total` batches, or one that shows nothing: tqdm.auto is imported only
+    to show one (its import, asyncio's with it, took 23 ms of a process's first document)."""
+    if not show:
+        return _NoProgress()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="encoding", unit="batch")
+
+
 def _cpus() -> int:
     """The CPUs this process may run on (its affinity, not the machine's count)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -206,8 +224,6 @@ class OnnxEncoder:
         for _, group in itertools.groupby(order, key=lambda row: lengths[row]):
             group = list(group)
             batches += [group[start : start + self.batch_size] for start in range(0, len(group), self.batch_size)]
-        from tqdm.auto import tqdm
-
         if show_progress is None:
             show_progress = len(texts) >= PROGRESS_MIN_TEXTS
         def run(rows: List[int]) -> None:
@@ -218,7 +234,7 @@ class OnnxEncoder:
                 feeds["token_type_ids"] = np.array([encodings[r].type_ids for r in run_rows], dtype=np.int64)
             out[rows] = session.run(None, feeds)[0][: len(rows)]
 
-        progress = tqdm(total=len(batches), desc="encoding", unit="batch", disable=not show_progress)
+        progress = _progress(len(batches), show_progress)
         if self._workers > 1 and len(batches) > 1:
             # ONNX Runtime releases the GIL in run(): one-threaded calls side by side.
             if self._pool is None or self._pool_pid != os.getpid():
