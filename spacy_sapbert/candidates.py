@@ -10,6 +10,7 @@ names table (`read_added_names`) counts as a name of the index, its concepts bef
 index's.
 """
 import dataclasses
+import warnings
 from collections import OrderedDict
 from itertools import islice
 from dataclasses import dataclass
@@ -233,8 +234,23 @@ class CandidateGenerator:
         kept = [(c, s) for c, s in candidates if s >= settings.threshold]
         if settings.filter_for_definitions:
             entities = self.index.kb.cui_to_entity
+            self._warn_without_definitions()
             kept = [(c, s) for c, s in kept if entities[c].definition or s >= settings.no_definition_threshold]
         return kept[: settings.max_entities_per_mention]
+
+    def _warn_without_definitions(self) -> None:
+        """Once: a warning where filter_for_definitions (scispaCy's default, not this linker's)
+        is on and the index's KB defines no concept, so the filter drops all but near-exact links."""
+        if getattr(self, "_definitions_checked", False):
+            return
+        self._definitions_checked = True
+        own = getattr(self.index, "main", self.index).kb.cui_to_entity  # a supplement defines nothing
+        if not any(concept.definition for concept in own.values()):
+            warnings.warn(
+                "filter_for_definitions is on, but this index's KB defines no concept, so every candidate "
+                f"scoring under no_definition_threshold ({self.settings.no_definition_threshold}) is dropped; "
+                "set filter_for_definitions to false (this linker's default) or give a KB with definitions.",
+                stacklevel=2)
 
     def _found(self, distinct: List[Mention]) -> Dict[Mention, Candidates]:
         """The k best concepts of each distinct mention, through the content rule, the cache,

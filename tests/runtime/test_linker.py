@@ -559,6 +559,30 @@ def test_filter_for_definitions_as_scispacy(tiny_model, tiny_index_dir):
         spacy.blank("en").add_pipe("sapbert_linker", config={"no_definition_threshold": 1.5})
 
 
+def test_filter_for_definitions_over_a_kb_without_any_warns_once(tiny_model, tiny_index_dir):
+    """scispaCy's default carried over to a KB that defines nothing (the bundled one) drops every
+    link under no_definition_threshold: one sentence says so, at the first document only."""
+    import warnings
+
+    nlp = ruler_nlp(DEMO_PATTERNS)
+    linker = nlp.add_pipe("sapbert_linker", config={
+        "encoder": {"model": str(tiny_model)}, "index": {"index": str(tiny_index_dir)}, "threshold": 0.0,
+        "filter_for_definitions": True})
+    linker.initialize()
+    with pytest.warns(UserWarning, match=r"defines no concept, so every candidate scoring under "
+                                         r"no_definition_threshold \(0.95\) is dropped; set filter_for_definitions to false"):
+        nlp(TEXT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nlp(TEXT)
+
+
+def test_a_nil_entity_s_cui_names_and_resolves_to_none(linked_nlp):
+    linker = linked_nlp.get_pipe("sapbert_linker")
+    assert linker.canonical_name(None) is None and linker.resolve_id(None) is None
+    assert linker.canonical_name(12) is None and linker.canonical_name("no such id") is None
+
+
 def test_links_a_span_group(tiny_model, tiny_index_dir):
     """medspaCy keeps entities in doc.spans: spans_key links those, overlaps allowed, ents untouched."""
     from spacy.tokens import Span
