@@ -103,14 +103,18 @@ def test_a_document_s_queries_search_both_side_by_side_as_one_after_the_other(ti
     index = pipe.generator.index
     vectors = pipe.generator.encoder.encode(["aspirin", "metformin", "riomet", "lactic acidosis"])
     assert index.side_by_side
-    together = index.search_rows(vectors, 4, ("D",))
-    index.side_by_side = False
-    try:
-        apart = index.search_rows(vectors, 4, ("D",))
-    finally:
-        index.side_by_side = True
-    for a, b in zip(together, apart):
-        np.testing.assert_array_equal(a, b)
+    # ("D",): the index and the supplement side by side; ("C",): no supplement row may answer, so
+    # the index's queries are searched in two halves side by side.
+    for types in (("D",), ("C",), None):
+        together = index.search_rows(vectors, 4, types)
+        index.side_by_side = False
+        try:
+            apart = index.search_rows(vectors, 4, types)
+        finally:
+            index.side_by_side = True
+        for a, b in zip(together, apart):
+            np.testing.assert_array_equal(a, b)
+    assert index.supplement.allowed_rows(("C",)) == 0 < index.main.allowed_rows(("C",))
 
 
 def test_a_saved_pipeline_keeps_the_supplement(tiny_model, supplemented_dir, tmp_path):
