@@ -169,6 +169,7 @@ class CandidateGenerator:
         self.recorded = recorded or Scoring(sparse_weight=0.0, marginal_tau=0.0)
         self._rescorer = hybrid
         self._cache: "OrderedDict[Mention, Candidates]" = OrderedDict()
+        self._definitions_checked = False  # _warn_without_definitions has looked once
 
     @classmethod
     def load(cls, encoder_loader, index_loader, settings: CandidateSettings, scoring: Optional[Scoring] = None,
@@ -241,7 +242,7 @@ class CandidateGenerator:
     def _warn_without_definitions(self) -> None:
         """Once: a warning where filter_for_definitions (scispaCy's default, not this linker's)
         is on and the index's KB defines no concept, so the filter drops all but near-exact links."""
-        if getattr(self, "_definitions_checked", False):
+        if self._definitions_checked:
             return
         self._definitions_checked = True
         own = getattr(self.index, "main", self.index).kb.cui_to_entity  # a supplement defines nothing

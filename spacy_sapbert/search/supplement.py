@@ -31,17 +31,18 @@ SUPPLEMENT_DIR = "supplement"
 # The supplement's row names, one a line (utf-8, gzip with mtime 0), and their kb.name_hash keys.
 NAMES_FILE = ROW_NAMES_FILE
 KEYS_FILE = ROW_KEYS_FILE
-_SIDE: dict = {}  # this process's thread for the supplement's search (a forked child makes its own)
+_SIDE: dict = {}  # this process's second thread for searches (_at_once; a forked child makes its own)
 
 
-def _side_thread() -> ThreadPoolExecutor:
-    """One thread that searches the supplement while the caller searches the main index (FAISS
-    lets go of the GIL while it searches)."""
+def _at_once(here: Callable, there: Callable) -> tuple:
+    """(here(), there()), `there` run on this process's second thread while the caller runs
+    `here` (FAISS lets go of the GIL while it searches)."""
     pid = os.getpid()
     if pid not in _SIDE:
         _SIDE.clear()
         _SIDE[pid] = ThreadPoolExecutor(1, thread_name_prefix="sapbert-supplement")
-    return _SIDE[pid]
+    pending = _SIDE[pid].submit(there)
+    return here(), pending.result()
 
 
 def save_supplement(index: ConceptIndex, path: Union[str, Path]) -> Path:
@@ -161,25 +162,20 @@ class SupplementedIndex:
                     type_prefixes: Optional[Sequence[str]] = None) -> Tuple[np.ndarray, np.ndarray]:
         """The best `n_rows` rows of both (ConceptIndex.search_rows), the main index's first
         among equal scores; the supplement is not searched where none of its rows may answer."""
+        # A few queries (a document's) search on one thread each (ConceptIndex.search_rows): two
+        # searches run side by side, each query's rows the same on either thread.
+        few = len(vectors) < PARALLEL_QUERIES and self.side_by_side
         if not self.supplement.allowed_rows(type_prefixes):
-            if 2 <= len(vectors) < PARALLEL_QUERIES and self.side_by_side:
-                # No supplement to search (a disease's types): the index's queries in two halves,
-                # side by side; each query's rows are the same on either thread.
-                half = len(vectors) // 2
-                pending = _side_thread().submit(self.main.search_rows, vectors[half:], n_rows, type_prefixes)
-                scores, rows = self.main.search_rows(vectors[:half], n_rows, type_prefixes)
-                more_scores, more_rows = pending.result()
-                return np.concatenate([scores, more_scores]), np.concatenate([rows, more_rows])
-            return self.main.search_rows(vectors, n_rows, type_prefixes)
-        more = (vectors, min(n_rows, self.rows), type_prefixes)
-        if len(vectors) < PARALLEL_QUERIES and self.side_by_side:
-            # A few queries (a document's) search each index on one thread: the two side by side.
-            pending = _side_thread().submit(self.supplement.search_rows, *more)
-            scores, rows = self.main.search_rows(vectors, n_rows, type_prefixes)
-            more_scores, more_rows = pending.result()
-        else:
-            scores, rows = self.main.search_rows(vectors, n_rows, type_prefixes)
-            more_scores, more_rows = self.supplement.search_rows(*more)
+            if not (few and len(vectors) >= 2):
+                return self.main.search_rows(vectors, n_rows, type_prefixes)
+            # No supplement to search (a disease's types): the index's queries in two halves.
+            half = len(vectors) // 2
+            parts = _at_once(lambda: self.main.search_rows(vectors[:half], n_rows, type_prefixes),
+                             lambda: self.main.search_rows(vectors[half:], n_rows, type_prefixes))
+            return tuple(np.concatenate(pair) for pair in zip(*parts))
+        main = lambda: self.main.search_rows(vectors, n_rows, type_prefixes)  # noqa: E731
+        more = lambda: self.supplement.search_rows(vectors, min(n_rows, self.rows), type_prefixes)  # noqa: E731
+        (scores, rows), (more_scores, more_rows) = _at_once(main, more) if few else (main(), more())
         more_rows = np.where(more_rows >= 0, more_rows + len(self.main), -1)
         both_rows = np.concatenate([rows, more_rows], axis=1)
         both = np.concatenate([scores, more_scores], axis=1)
