@@ -50,6 +50,32 @@ def test_a_concept_outside_the_scheme_answers_as_its_nearest_broader_concepts_in
     assert scheme_answers(kb)["MONDO:13"] == ["D009369"]
 
 
+
+def test_a_concept_answers_last_as_the_one_concept_in_the_scheme_its_name_ends_with():
+    kb = KnowledgeBase()
+    kb.add(Concept("D013927", "Thrombosis", types=["C14"]))
+    kb.add(Concept("D013921", "Thrombocytopenia", types=["C15"]))
+    kb.add(Concept("MONDO:1", "thrombotic disease", broader=["D013927"]))
+    kb.add(Concept("MONDO:2", "heparin-induced thrombocytopenia", aliases=["HIT"], broader=["MONDO:1"]))
+    # MONDO files it under thrombotic disease alone; its name's head is Thrombocytopenia
+    assert scheme_answers(kb)["MONDO:2"] == ["D013927", "D013921"]
+    # a concept with no heading above it answers as its head alone
+    kb.add(Concept("MONDO:3", "immune thrombocytopenia"))
+    assert scheme_answers(kb)["MONDO:3"] == ["D013921"]
+    # no head that lies above a heading already found (through an alternative id too)
+    kb.add(Concept("D008881", "Migraine Disorders", aliases=["migraine"], alt_ids=["MESH:D008881"], types=["C10"]))
+    kb.add(Concept("D020325", "Migraine with Aura", types=["C10"], broader=["MESH:D008881"]))
+    kb.add(Concept("MONDO:4", "familial hemiplegic migraine", broader=["D020325"]))
+    assert scheme_answers(kb)["MONDO:4"] == ["D020325"]
+    # the longest ending decides: borne by two concepts, or a short form, it gives no head
+    kb.add(Concept("D000001", "Purpura", aliases=["thrombocytopenic purpura"], types=["C15"]))
+    kb.add(Concept("D000002", "Purpura, Thrombocytopenic", aliases=["thrombocytopenic purpura"], types=["C15"]))
+    kb.add(Concept("MONDO:5", "acquired thrombocytopenic purpura"))
+    kb.add(Concept("D000003", "Diabetes Mellitus", aliases=["DM"], types=["C18"]))
+    kb.add(Concept("MONDO:6", "type 2 DM"))
+    answers = scheme_answers(kb)
+    assert "MONDO:5" not in answers and "MONDO:6" not in answers
+
 class _Index:
     concept_ids = ["D009369", "MONDO:0004992", "D001943"]
     types = {0: "C04", 1: "MONDO", 2: "C04"}
