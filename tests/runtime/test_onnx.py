@@ -138,15 +138,11 @@ def test_the_bundled_int8_default_loads_as_shipped_and_names_its_teacher():
     assert vectors.shape == (3, 384) and vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
 
 
-def _activation_ranges(onnx_file) -> dict:
-    """Each static QuantizeLinear's float range, (low, high), by node name."""
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(onnx_file))
-    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+def _activation_ranges(graph, values: dict) -> dict:
+    """Each static QuantizeLinear's float range, (low, high), by node name; `values`: the graph's
+    initializers by name."""
     ranges = {}
-    for node in model.graph.node:
+    for node in graph.node:
         if node.op_type == "QuantizeLinear":
             scale, zero = float(values[node.input[1]]), int(values[node.input[2]])
             ranges[node.name] = (-zero * scale, (255 - zero) * scale)
@@ -172,12 +168,13 @@ def test_the_bundled_int8_default_is_the_export_of_the_bundled_model(tmp_path):
     graphs = [onnx.load(str(d / "model.onnx")).graph for d in (again, bundled)]
     assert [(n.op_type, list(n.input), list(n.output)) for n in graphs[0].node] == \
         [(n.op_type, list(n.input), list(n.output)) for n in graphs[1].node]
-    ranges = [_activation_ranges(d / "model.onnx") for d in (again, bundled)]
+    values = [{i.name: numpy_helper.to_array(i) for i in g.initializer} for g in graphs]
+    ranges = [_activation_ranges(g, v) for g, v in zip(graphs, values)]
     assert ranges[0].keys() == ranges[1].keys() and len(ranges[0]) == 24
     for name, (low, high) in ranges[1].items():
         assert max(abs(low - ranges[0][name][0]), abs(high - ranges[0][name][1])) <= 0.05 * (high - low), name
     calibrated = {n for graph in graphs for node in graph.node if node.op_type == "QuantizeLinear" for n in node.input[1:]}
-    weights = [{i.name: numpy_helper.to_array(i) for i in g.initializer if i.name not in calibrated} for g in graphs]
+    weights = [{name: value for name, value in v.items() if name not in calibrated} for v in values]
     assert weights[0].keys() == weights[1].keys()
     for name, value in weights[1].items():
         np.testing.assert_array_equal(weights[0][name], value, err_msg=name)
