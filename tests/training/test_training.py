@@ -593,7 +593,7 @@ def test_a_registered_loss_is_chosen_by_its_config_entry_and_trains(centroid_los
 def test_an_unknown_loss_is_refused_in_one_sentence_naming_the_registered_ones(tiny_model, tiny_pairs, tmp_path):
     config = tiny_config(tiny_model)
     config.objective.loss = "arcface"
-    registered = "kge_alignment, multi_similarity, multi_similarity_v2, multi_similarity_v3, synonym_marginal"
+    registered = "distill, kge_alignment, multi_similarity, multi_similarity_v2, multi_similarity_v3, synonym_marginal"
     with pytest.raises(ObjectiveError, match=rf"^Unknown \[objective\] loss 'arcface'; use one of {registered}, "
                                              r"or register one with [\w.]+\.$"):
         Trainer(config, tiny_pairs, tmp_path / "run")
@@ -604,9 +604,13 @@ def test_a_batch_source_must_be_registered_and_give_what_the_loss_scores(tiny_mo
     config = tiny_config(tiny_model)
     config.objective.batch_source = "triplets"
     with pytest.raises(TrainingConfigError, match=r"Unknown \[objective\] batch_source 'triplets'; use one of "
-                                                  r"keys, pairs, prototypes"):
+                                                  r"keys, pairs, prototypes, texts,"):
         Trainer(config, tiny_pairs, tmp_path)
     config.objective.batch_source = "keys"
     with pytest.raises(TrainingConfigError, match="batch_source 'keys' gives queries against key sets, which loss "
                                                   "'multi_similarity' does not score"):
         Trainer(config, tiny_pairs, tmp_path, keys=[tmp_path])
+    config.objective.batch_source = "texts"
+    with pytest.raises(TrainingConfigError, match="batch_source 'texts' gives texts with a teacher's vectors, which "
+                                                  "loss 'multi_similarity' does not score"):
+        Trainer(config, tiny_pairs, tmp_path)

@@ -58,14 +58,15 @@ class Batches(Protocol):
 
 @dataclass
 class TrainingData:
-    """What a run was given to train on: a synonym pairs file (--pairs) and key-set folders, each
-    with how many times an epoch visits it (--keys), and where this process stands among
-    torchrun's (rank `rank` of `world_size`)."""
+    """What a run was given to train on: a synonym pairs file (--pairs), key-set folders, each
+    with how many times an epoch visits it (--keys), or a texts file (--texts, for a student),
+    and where this process stands among torchrun's (rank `rank` of `world_size`)."""
 
     pairs_path: Optional[Path] = None
     keys: Sequence[Tuple[Path, int]] = ()
     rank: int = 0
     world_size: int = 1
+    texts_path: Optional[Path] = None
 
 
 class _LabelledNames:
@@ -318,6 +319,66 @@ class PrototypeBatches(_LabelledNames):
                 "prototypes": self.prototypes, "positives": self.positives, "hard_negatives": self.negatives}
 
 
+class TextBatches:
+    """A student's batches: texts drawn from a texts file's sources (data.texts) in the shares of
+    `[objective.distill]`, with their teacher's unit vectors as targets, addressable by index.
+
+    Micro-batch m is a pure function of (seed, m): each source gives its share of the global
+    batch, drawn with replacement, and process `rank` takes every world_size-th text. The teacher
+    is the model training starts from (`[model] name_or_path`), frozen, as the runtime's fp32
+    encoder embeds; the student answers to what the teacher answers to.
+    """
+
+    refresh_every = 0
+
+    def __init__(self, texts: Dict[str, List[str]], shares: Dict[str, float], teacher_encoder, batch_size: int,
+                 seed: int, rank: int = 0, world_size: int = 1, teacher: Optional[dict] = None,
+                 path: Optional[Path] = None):
+        self.sources = [(source, texts[source], share) for source, share in shares.items() if share > 0 and texts.get(source)]
+        if not self.sources:
+            raise TrainingConfigError(f"{path or 'The texts'} holds no texts of the sources [objective.distill] draws "
+                                      f"({', '.join(s for s, v in shares.items() if v > 0)}); write it with "
+                                      "`python -m spacy_sapbert_training.data.texts`.")
+        self.global_batch = batch_size * world_size
+        total = sum(share for _, _, share in self.sources)
+        counts = [round(self.global_batch * share / total) for _, _, share in self.sources]
+        counts[0] += self.global_batch - sum(counts)
+        self.counts = counts
+        self.encoder, self.teacher, self.path = teacher_encoder, teacher, path
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.per_epoch = max(1, sum(len(pool) for _, pool, _ in self.sources) // self.global_batch)
+
+    def __getitem__(self, index: int) -> Tuple[List[str], torch.Tensor]:
+        generator = torch.Generator().manual_seed(self.seed * 100003 + index)
+        texts = []
+        for (_, pool, _), count in zip(self.sources, self.counts):
+            texts += [pool[r] for r in torch.randint(len(pool), (count,), generator=generator).tolist()]
+        texts = texts[self.rank :: self.world_size]
+        return texts, torch.from_numpy(self.encoder.encode(texts, show_progress=False))
+
+    @property
+    def names_per_batch(self) -> int:
+        return self.global_batch
+
+    def objective(self, make_loss: Callable, config: ObjectiveConfig) -> torch.nn.Module:
+        from spacy_sapbert.encoders.settings import read_settings
+
+        return make_loss(config, read_settings(self.encoder.name_or_path))
+
+    def reembed(self, embed: Embed, objective: torch.nn.Module) -> None:
+        pass
+
+    def identity(self) -> dict:
+        return {"texts": str(self.path), "texts_sha256": file_sha256(self.path) if self.path else None}
+
+    def source_record(self) -> dict:
+        return {**self.identity(), "teacher": self.teacher}
+
+    def record(self) -> dict:
+        return {"n_texts": {source: len(pool) for source, pool, _ in self.sources},
+                "texts_per_batch": {source: count for (source, _, _), count in zip(self.sources, self.counts)}}
+
+
 def batch_source(config: TrainConfig, data: TrainingData, make_loss: Callable) -> Callable[[PathLike], Batches]:
     """The loader of the batches a run reads, its inputs checked now: the batch source the run's
     loss (`make_loss`, resolved once: objective.resolve_loss) reads (registry.reads; the
@@ -414,3 +475,32 @@ def keys_model(keysets: Sequence[KeySet], source: PathLike, max_length: int) -> 
             "write the key sets with this one (python -m spacy_sapbert_training.data.keys --model)."
         )
     return {"teacher": model, "fingerprint": fingerprint}
+
+
+@registry.batch_sources.register("texts")
+def texts_source(config: TrainConfig, data: TrainingData, make_loss: Callable) -> Callable[[PathLike], TextBatches]:
+    """A student's batches: the texts of --texts with the vectors of the model training starts
+    from, which the student (its `[model] layers`) learns to give."""
+    from ..data.texts import read_texts
+
+    loss = config.objective.loss
+    if getattr(make_loss, "batch_source", "") != "texts":
+        raise TrainingConfigError(f"[objective] batch_source 'texts' gives texts with a teacher's vectors, which loss "
+                                  f"{loss!r} does not score; use loss distill.")
+    if data.texts_path is None:
+        raise TrainingConfigError(f"[objective] loss {loss!r} trains on texts; give them with --texts "
+                                  "(python -m spacy_sapbert_training.data.texts writes them).")
+    texts = read_texts(data.texts_path)
+
+    def load(model: PathLike) -> TextBatches:
+        from spacy_sapbert.encoders.transformer import TorchEncoder
+
+        # The teacher is the model the run started from, also when it resumes from a student's checkpoint.
+        teacher = TorchEncoder(config.model.name_or_path, max_length=config.model.max_length, batch_size=256)
+        run, shares = config.training, config.objective.distill
+        record = {"teacher": teacher.teacher or str(config.model.name_or_path), "fingerprint": teacher.fingerprint}
+        return TextBatches(texts, {"names": shares.names, "supplement": shares.supplement, "mentions": shares.mentions},
+                           teacher, run.batch_size, run.seed, data.rank, data.world_size, teacher=record,
+                           path=data.texts_path)
+
+    return load

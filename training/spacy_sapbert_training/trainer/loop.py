@@ -167,9 +167,11 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, pairs_path: Optional[PathLike], output: PathLike,
-                 step_callback: Optional[Callable[[int, float], None]] = None, keys: Sequence[PathLike] = ()):
+                 step_callback: Optional[Callable[[int, float], None]] = None, keys: Sequence[PathLike] = (),
+                 texts: Optional[PathLike] = None):
         self.config = config
         self.pairs_path = Path(pairs_path) if pairs_path else None
+        self.texts_path = Path(texts) if texts else None
         self.keys = [key_source(k) for k in keys]
         self.output = Path(output)
         self.step_callback = step_callback
@@ -179,7 +181,7 @@ class Trainer:
         if not config.model.name_or_path:
             raise TrainingConfigError("[model] name_or_path is empty; give the base model with --model.")
         # Unknown names and missing data are refused here, before a model loads.
-        data = TrainingData(self.pairs_path, self.keys, self.dist.rank, self.dist.world_size)
+        data = TrainingData(self.pairs_path, self.keys, self.dist.rank, self.dist.world_size, self.texts_path)
         self.make_loss = resolve_loss(config.objective)  # the one lookup of the run's loss
         self.load_batches = batch_source(config, data, self.make_loss)
         self.batches: Optional[Batches] = None
@@ -506,7 +508,8 @@ def lr_factor(warmup_steps: int, schedule: str, max_steps: int) -> Callable[[int
 
 
 def train_from_cli(config_path: PathLike, pairs: Optional[PathLike], output: PathLike, model: str = "",
-                   resume: bool = False, overrides: Sequence[str] = (), keys: Sequence[PathLike] = ()) -> Path:
+                   resume: bool = False, overrides: Sequence[str] = (), keys: Sequence[PathLike] = (),
+                   texts: Optional[PathLike] = None) -> Path:
     """What `python -m spacy_sapbert_training.trainer.pretrain` and `spacy_sapbert_training.trainer.finetune` do: read the config with
     spaCy-style dotted overrides (`--training.max_steps 2`), then train."""
     parsed = parse_overrides(overrides)
@@ -516,7 +519,7 @@ def train_from_cli(config_path: PathLike, pairs: Optional[PathLike], output: Pat
         parsed["model.name_or_path"] = resolve_model(model)
     config = TrainConfig.from_disk(config_path, overrides=parsed)
     try:
-        return Trainer(config, pairs, output, keys=keys).train(resume=resume)
+        return Trainer(config, pairs, output, keys=keys, texts=texts).train(resume=resume)
     finally:
         # Left to interpreter exit, gloo's threads can abort a finished rank ("terminate
         # called without an active exception"), failing a run that trained to the end.
@@ -537,13 +540,14 @@ def make_train_app(default_config: str, what: str):
         config: Path = typer.Option(Path(default_config), help="Training config (.cfg)"),
         pairs: Optional[Path] = typer.Option(None, help="`cui||name1||name2` pairs file (gzip if .gz), for pair losses"),
         keys: str = typer.Option("", help="Comma-separated key-set folders (python -m spacy_sapbert_training.data.keys), for loss synonym_marginal"),
+        texts: Optional[Path] = typer.Option(None, help="Texts file (python -m spacy_sapbert_training.data.texts), for loss distill"),
         model: str = typer.Option("", help="Model directory or name to start from ('base' = all-MiniLM-L6-v2, 'default' = the bundled model); overrides [model] name_or_path"),
         resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output"),
     ) -> None:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         try:
             final = train_from_cli(config, pairs, output, model, resume, ctx.args,
-                                   keys=[k for k in keys.split(",") if k])
+                                   keys=[k for k in keys.split(",") if k], texts=texts)
         except (TrainingConfigError, FileNotFoundError, ValueError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(1)

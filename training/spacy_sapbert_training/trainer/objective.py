@@ -111,6 +111,17 @@ class PrototypeConfig:
 
 
 @dataclass
+class DistillConfig:
+    """`[objective.distill]`: a student learning its teacher's vectors (loss "distill", batches
+    of batches.TextBatches): each micro-batch draws the texts file's sources in these shares
+    (data.texts writes it: the index's names, its supplement's names, the train mentions)."""
+
+    names: float = 0.5
+    supplement: float = 0.25
+    mentions: float = 0.25
+
+
+@dataclass
 class ObjectiveConfig:
     """The `[objective]` section of a training config, with a sub-section for each part.
 
@@ -118,7 +129,7 @@ class ObjectiveConfig:
     batch_source: a registered batch source (registry.batch_sources), for a loss that does not
         read its own: "pairs" (synonym pairs, SapBERT's batches) or "prototypes". The
         synonym-marginal loss always reads "keys".
-    multi_similarity, mining, marginal, sparse, prototypes: the sub-sections above.
+    multi_similarity, mining, marginal, sparse, prototypes, distill: the sub-sections above.
     """
 
     loss: str = "multi_similarity"
@@ -128,6 +139,7 @@ class ObjectiveConfig:
     marginal: MarginalConfig = field(default_factory=MarginalConfig)
     sparse: SparseConfig = field(default_factory=SparseConfig)
     prototypes: PrototypeConfig = field(default_factory=PrototypeConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
 
 def resolve_loss(config: ObjectiveConfig) -> Callable:
@@ -396,3 +408,30 @@ def synonym_marginal(config: ObjectiveConfig, keys: Sequence[torch.Tensor]) -> t
     marginal, sparse = config.marginal, config.sparse
     return SynonymMarginalLoss(keys, marginal.tau, marginal.top_k, marginal.own_rows, marginal.identity_weight,
                                sparse.weight, sparse.learn and sparse.weight > 0)
+
+
+class DistillLoss(torch.nn.Module):
+    """The mean cosine distance between the student's vectors and its teacher's (batches.TextBatches
+    gives the teacher's unit vectors as targets), as spacy_sapbert's first 3-layer student was
+    trained. The student links as its teacher does: it records the teacher's ranking settings
+    (the synonym-marginal tau, the hybrid's sparse weight) and answers to the teacher's keys."""
+
+    metric_name = "texts"
+
+    def __init__(self, teacher_settings: Dict[str, dict]):
+        super().__init__()
+        self.teacher_settings = {k: v for k, v in teacher_settings.items() if k in ("marginal", "sparse")}
+
+    def settings(self, learned_sparse: bool) -> Dict[str, dict]:
+        return dict(self.teacher_settings)
+
+    def forward(self, embeddings: torch.Tensor, targets: torch.Tensor) -> Tuple[torch.Tensor, int]:
+        cosines = (torch.nn.functional.normalize(embeddings.float(), dim=-1) * targets).sum(dim=-1)
+        return (1 - cosines).mean(), len(embeddings)
+
+
+@registry.losses.register("distill")
+@registry.reads("texts")
+def distill(config: ObjectiveConfig, teacher_settings: Dict[str, dict]) -> torch.nn.Module:
+    """A student's loss against its teacher's vectors (`[objective.distill]` says which texts)."""
+    return DistillLoss(teacher_settings)

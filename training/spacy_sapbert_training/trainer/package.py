@@ -36,6 +36,19 @@ LICENCES = """\
 
 
 def _data_lines(record: dict) -> List[str]:
+    if "texts" in record:
+        teacher = record.get("teacher") or {}
+        layers = record.get("config", {}).get("model", {}).get("layers") or []
+        shares = record.get("texts_per_batch", {})
+        return [
+            f"A {len(layers) or '?'}-layer student (layers {', '.join(map(str, layers))} of the model it started from) "
+            "trained to give that model's mention vectors (mean cosine distance to them), so it links as the "
+            f"model does at a fraction of the cost. It answers to `{teacher.get('teacher', '?')}`'s fingerprint "
+            f"({teacher.get('fingerprint', '?')}), so indexes built by that model serve it as they are.", "",
+            f"- Teacher: `{record.get('base_model', '?')}`",
+            *(f"- Texts, {source}: {n:,} distinct, {shares.get(source, '?')} a batch"
+              for source, n in record.get("n_texts", {}).items()),
+        ]
     if "keys" not in record:
         return [
             "A biomedical name encoder trained with SapBERT's self-alignment objective "
