@@ -314,7 +314,10 @@ def test_package_stores_only_what_training_changed_and_loads_whole(tiny_model, t
     assert np.allclose(small.encode(["lactic acidosis"]), full.encode(["lactic acidosis"]), atol=2e-3)
     # The synonym-marginal tau travels with it, and its card says how it ranks.
     assert recorded_marginal_tau(packaged) == 0.1
-    assert "synonym-marginal score at the training τ = 0.1" in (packaged / "MODEL_CARD.md").read_text()
+    card = (packaged / "MODEL_CARD.md").read_text()
+    assert "synonym-marginal score at the training τ = 0.1" in card
+    # The card says what the files leave out and how the folder loads whole.
+    assert "leave out the tensors" in card and "`embeddings.word_embeddings.weight`" in card
     # A base whose frozen tensors differ is refused, naming the base.
     record["sha256"] = "0" * 64
     write_settings(packaged, base=record)

@@ -84,9 +84,24 @@ def _stage_lines(record: dict) -> List[str]:
     ]
 
 
-def model_card(record: dict, metrics_summary: Optional[str]) -> str:
+def _loading_lines(base: dict) -> List[str]:
+    """How a package that leaves out its base's tensors loads (the "base" setting)."""
+    names = ", ".join(f"`{name}`" for name in base.get("from_base", []))
+    model = base.get("base", "?")
+    shown = f"`{model}` (all-MiniLM-L6-v2)" if model == BASE else f"`{model}`"
+    return [
+        "## Loading", "",
+        f"These files leave out the tensors {shown} gives unchanged ({names}). spacy-sapbert "
+        "loads the folder whole, taking them from that model and checking them against their recorded sha256 "
+        "(the `base` section of `sapbert.json`); `transformers.AutoModel` on this folder alone would fill them "
+        "at random.", "",
+    ]
+
+
+def model_card(record: dict, metrics_summary: Optional[str], base: Optional[dict] = None) -> str:
     """MODEL_CARD.md from a run's training record (and the records of the runs it started
-    from) and an evaluation summary."""
+    from) and an evaluation summary; `base`: the package's "base" setting, when it leaves out
+    the tensors a base model gives."""
     stages = [record]
     while "started_from" in stages[-1]:
         stages.append(stages[-1]["started_from"])
@@ -99,6 +114,7 @@ def model_card(record: dict, metrics_summary: Optional[str]) -> str:
     ranking = ([f"The pipe and these figures rank concepts by their synonym-marginal score at the training "
                 f"τ = {objective['marginal']['tau']} (the `marginal` section of `sapbert.json`; pipe key `marginal_tau`).", ""]
                if objective.get("loss") == "synonym_marginal" else [])
+    lines += _loading_lines(base) if base else []
     lines += [
         "## Dev figures", "", *ranking,
         metrics_summary.strip() if metrics_summary else "Not evaluated yet: run `spacy project run evaluate-trained`.",
@@ -144,7 +160,7 @@ def package_model(model: Path, output: Path, metrics: Optional[Path] = None, bas
         summary = (metrics / "summary.md").read_text().replace("# Evaluation summary", "").strip()
         # Its sections sit under the card's "## Dev figures".
         summary = "\n".join("#" + line if line.startswith("## ") else line for line in summary.splitlines())
-    (output / "MODEL_CARD.md").write_text(model_card(record, summary))
+    (output / "MODEL_CARD.md").write_text(model_card(record, summary, settings.get("base")))
     size = sum(p.stat().st_size for p in output.iterdir()) / 1e6
     logger.info("Packaged %s into %s (%.1f MB).", model, output, size)
     return output
