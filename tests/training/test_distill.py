@@ -113,6 +113,11 @@ def test_a_student_learns_its_teachers_vectors_and_answers_to_its_keys_model(tea
     record = settings["training"]
     assert record["n_texts"] == {"names": len(NAMES), "mentions": len(MENTIONS)}
     assert record["teacher"]["fingerprint"] == master.fingerprint
+    # Its card tells a student from the model it copies.
+    from spacy_sapbert_training.trainer.package import package_model
+
+    card = (package_model(final, tmp_path / "package") / "MODEL_CARD.md").read_text()
+    assert "A 1-layer student (layers 1 of the model it started from)" in card and "Texts, names: 12 distinct" in card
 
 
 def test_a_student_without_texts_or_with_another_loss_is_refused(teacher, texts_file, tmp_path):

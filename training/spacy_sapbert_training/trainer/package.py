@@ -42,8 +42,8 @@ def _data_lines(record: dict) -> List[str]:
         shares = record.get("texts_per_batch", {})
         return [
             f"A {len(layers) or '?'}-layer student (layers {', '.join(map(str, layers))} of the model it started from) "
-            "trained to give that model's mention vectors (mean cosine distance to them), so it links as the "
-            f"model does at a fraction of the cost. It answers to `{teacher.get('teacher', '?')}`'s fingerprint "
+            "trained to give that model's mention vectors (the mean cosine distance to them) at a fraction of "
+            f"its cost. It answers to `{teacher.get('teacher', '?')}`'s fingerprint "
             f"({teacher.get('fingerprint', '?')}), so indexes built by that model serve it as they are.", "",
             f"- Teacher: `{record.get('base_model', '?')}`",
             *(f"- Texts, {source}: {n:,} distinct, {shares.get(source, '?')} a batch"
