@@ -50,7 +50,6 @@ def test_a_concept_outside_the_scheme_answers_as_its_nearest_broader_concepts_in
     assert scheme_answers(kb)["MONDO:13"] == ["D009369"]
 
 
-
 def test_a_concept_answers_last_as_the_one_concept_in_the_scheme_its_name_ends_with():
     kb = KnowledgeBase()
     kb.add(Concept("D013927", "Thrombosis", types=["C14"]))
@@ -75,6 +74,7 @@ def test_a_concept_answers_last_as_the_one_concept_in_the_scheme_its_name_ends_w
     kb.add(Concept("MONDO:6", "type 2 DM"))
     answers = scheme_answers(kb)
     assert "MONDO:5" not in answers and "MONDO:6" not in answers
+
 
 class _Index:
     concept_ids = ["D009369", "MONDO:0004992", "D001943"]

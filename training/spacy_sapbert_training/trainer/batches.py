@@ -8,7 +8,7 @@ config and the run's TrainingData that checks its inputs at once and returns the
 batches, as spaCy's corpus readers return a function of the pipeline. The batches then give the
 loop all it asks of them (Batches), so the loop never asks which kind it has.
 """
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
@@ -497,10 +497,9 @@ def texts_source(config: TrainConfig, data: TrainingData, make_loss: Callable) -
 
         # The teacher is the model the run started from, also when it resumes from a student's checkpoint.
         teacher = TorchEncoder(config.model.name_or_path, max_length=config.model.max_length, batch_size=256)
-        run, shares = config.training, config.objective.distill
+        run = config.training
         record = {"teacher": teacher.teacher or str(config.model.name_or_path), "fingerprint": teacher.fingerprint}
-        return TextBatches(texts, {"names": shares.names, "supplement": shares.supplement, "mentions": shares.mentions},
-                           teacher, run.batch_size, run.seed, data.rank, data.world_size, teacher=record,
-                           path=data.texts_path)
+        return TextBatches(texts, asdict(config.objective.distill), teacher, run.batch_size, run.seed, data.rank,
+                           data.world_size, teacher=record, path=data.texts_path)
 
     return load

@@ -413,7 +413,7 @@ def synonym_marginal(config: ObjectiveConfig, keys: Sequence[torch.Tensor]) -> t
 class DistillLoss(torch.nn.Module):
     """The mean cosine distance between the student's vectors and its teacher's (batches.TextBatches
     gives the teacher's unit vectors as targets), as spacy_sapbert's first 3-layer student was
-    trained. The student links as its teacher does: it records the teacher's ranking settings
+    trained. The student ranks as its teacher does: it records the teacher's ranking settings
     (the synonym-marginal tau, the hybrid's sparse weight) and answers to the teacher's keys."""
 
     metric_name = "texts"
