@@ -108,10 +108,10 @@ def cached_build(target: Path, build: Callable[[Path], object], intact: Callable
     ("bundled index's search graph"); takes: how long it took on a quiet 2-core machine, said (at
     INFO) before the build ("about 20 s"), which then reports its own time; seconds: that time as a
     number, for a progress bar that runs against it while the build works."""
+    if intact(target):  # a warm start: no lock, and filelock (which imports asyncio) not imported
+        return target
     from filelock import FileLock
 
-    if intact(target):
-        return target
     try:
         lock = FileLock(str(target.with_name(f".{target.name}.lock")))
         lock.acquire()

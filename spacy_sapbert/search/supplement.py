@@ -112,7 +112,9 @@ class SupplementedIndex:
                                     f"(fingerprint {supplement.fingerprint}) than its index ({main.fingerprint}); "
                                     "rebuild it.")
         self.main, self.supplement = main, supplement
-        self.names = RowNames(supplement.path / NAMES_FILE)
+        names_file = supplement.meta["files"].get(NAMES_FILE)
+        self.names = RowNames(supplement.path / NAMES_FILE,
+                              names_file.get("sha256") if isinstance(names_file, dict) else None)
         self._keys = np.load(supplement.path / KEYS_FILE)
         if not len(self.names) == len(self._keys) == len(supplement):
             raise ConceptIndexError(f"{supplement.path}: its names, keys and rows disagree; rebuild the supplement.")

@@ -337,3 +337,36 @@ def test_the_graph_cache_is_keyed_by_the_answers_it_copies():
     folders = {_graph_cache(meta)} | {_graph_cache({**meta, "files": {**files, "answers.json.gz": {"sha256": digit * 64}}})
                                       for digit in "de"}
     assert len(folders) == 3
+
+
+def test_row_names_and_type_sets_read_as_before(tmp_path, monkeypatch):
+    import gzip
+
+    from spacy_sapbert.cache import file_sha256
+    from spacy_sapbert.search.index import RowNames, numbered_type_sets, stored_type_sets
+
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
+    names = ["lactic acidosis", "café au lait", "", "type 2 diabetes"]
+    path = tmp_path / "names.txt.gz"
+    path.write_bytes(gzip.compress("\n".join(names).encode("utf-8"), mtime=0))
+    assert RowNames(path).all() == names and RowNames(path)[1] == "café au lait"
+    # With its checksum, unzipped once into the cache and read from there; a damaged copy is made again.
+    sha = file_sha256(path)
+    assert RowNames(path, sha).all() == names and RowNames(path, sha).take([3, 1]) == [names[3], names[1]]
+    [copy] = (tmp_path / "cache").glob("row-names-*")
+    (copy / "names.txt").write_bytes(b"lactic acidosis\ncafe")
+    assert RowNames(path, sha).all() == names and (copy / "names.txt").read_bytes() == "\n".join(names).encode()
+    # Where no cache can be written, unzipped in memory as without a checksum.
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(path))  # a file, not a folder
+    assert RowNames(path, sha).all() == names
+    # A file of two gzip members (zlib alone reads the first) is read whole.
+    path.write_bytes(gzip.compress("\n".join(names[:2]).encode("utf-8") + b"\n")
+                     + gzip.compress("\n".join(names[2:]).encode("utf-8")))
+    assert RowNames(path).all() == names
+
+    types = [["T047"], ["T121", "T109"], ["T047"], [], ["T121", "T109"], ["T109", "T121"]]
+    sets, which = numbered_type_sets(types, len(types))
+    assert sets == [("T047",), ("T121", "T109"), (), ("T109", "T121")] and which.tolist() == [0, 1, 0, 2, 1, 3]
+    stored, stored_which = stored_type_sets({"types": types})
+    assert stored == sets and stored_which.tolist() == which.tolist()
+    assert stored_type_sets({"type_sets": [list(s) for s in sets], "type_set": [0, 1, 0, 2, 1, 3]})[0] == sets
