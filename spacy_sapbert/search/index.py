@@ -135,7 +135,7 @@ def _unzipped_names(path: Path, sha256: str) -> Optional[Tuple[bytes, np.ndarray
 
     try:
         folder = cache_dir() / f"row-names-{sha256[:16]}-v{UNZIPPED_NAMES_VERSION}"
-        cached_build(folder, build, intact, f"names of the index at {path.parent}, unzipped", takes="under a second")
+        cached_build(folder, build, intact, f"unzipped copy of {path.name} in {path.parent}", takes="under a second")
     except ResourceError:
         return None
     return held[0] if held or intact(folder) else None
