@@ -189,6 +189,25 @@ def file_records(folder: Path, names: Iterable[str]) -> Dict[str, dict]:
     return {name: {"bytes": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)} for name in names}
 
 
+# The record a cached folder keeps of its own files (write_record, recorded_intact).
+RECORD_FILE = "files.json"
+
+
+def write_record(folder: Path, names: Iterable[str]) -> None:
+    """Record the sizes and checksums of `names` in `folder` (its RECORD_FILE), for recorded_intact."""
+    (folder / RECORD_FILE).write_text(json.dumps(file_records(folder, names), indent=2))
+
+
+def recorded_intact(folder: Path, names: Iterable[str]) -> bool:
+    """Whether `folder`'s RECORD_FILE records exactly `names` and every one matches it
+    (damaged_record); False where the record is missing or unreadable."""
+    try:
+        records = json.loads((folder / RECORD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(records, dict) and set(records) == set(names) and damaged_record(folder, records) is None
+
+
 # Files whose checksum matched, by path: their size, times, inode, device and sha256, kept in the
 # cache folder, so that a load does not hash an unchanged index again (0.3 s of a cold start).
 VERIFIED_FILE = "verified.json"

@@ -19,7 +19,7 @@ HYBRID_ROWS = 64
 # Bump when the features or their files change, so cached hybrid states (HybridRescorer.for_index)
 # are refitted.
 HYBRID_STATE_VERSION = 5
-# What HybridRescorer.save writes (files.json records them): NameCounts' arrays, memory-mapped.
+# What HybridRescorer.save writes (its record, cache.write_record, lists them): NameCounts' arrays, memory-mapped.
 STATE_FILES = ("vocabulary.json", "idf.npy", "counts.npy", "columns.npy", "pointers.npy", "norms.npy")
 
 
@@ -201,10 +201,9 @@ class HybridRescorer:
     def __init__(self, names: Optional[Sequence[str]], weight: float, state: Optional[Path] = None):
         self.weight = float(weight)
         if state is not None:
-            from ..cache import damaged_record
+            from ..cache import recorded_intact
 
-            recorded = json.loads((state / "files.json").read_text(encoding="utf-8"))
-            if set(recorded) != set(STATE_FILES) or damaged_record(state, recorded):
+            if not recorded_intact(state, STATE_FILES):
                 raise ValueError(f"a file of {state} does not match its checksum")
             self.vocabulary: Dict[str, int] = json.loads((state / "vocabulary.json").read_text(encoding="utf-8"))
             self.idf = np.load(state / "idf.npy")
@@ -228,9 +227,9 @@ class HybridRescorer:
         np.save(folder / "idf.npy", self.idf)
         for part, array in self.names.arrays().items():
             np.save(folder / f"{part}.npy", array)
-        from ..cache import file_records
+        from ..cache import write_record
 
-        (folder / "files.json").write_text(json.dumps(file_records(folder, STATE_FILES), indent=2))
+        write_record(folder, STATE_FILES)
 
     @classmethod
     def for_index(cls, index: "ConceptIndex", weight: float, cache: Optional[Path] = None) -> "HybridRescorer":

@@ -18,7 +18,7 @@ import faiss
 import numpy as np
 
 from ..assets import KB_FILE_GZ
-from ..cache import cache_dir, cached_build, damaged_record, file_records
+from ..cache import ResourceError, cache_dir, cached_build, damaged_record, file_records, recorded_intact, write_record
 from ..kb.concepts import KBFormatError, KnowledgeBase, name_hash, name_key
 from ..kb.formats import read_canonical_names, read_jsonl, write_jsonl
 from .builders import (INDEX_TYPES, SQ_TYPES, ConceptIndexError, _graph_over_codes, _search_params, _split_pre_transform,
@@ -101,7 +101,7 @@ def _name_bounds(data: bytes) -> np.ndarray:
     return np.concatenate([[0], breaks + 1, [len(data) + 1]]).astype(width)
 
 
-# What the cache's unzipped copy of a ROW_NAMES_FILE holds (its files.json records them).
+# What the cache's unzipped copy of a ROW_NAMES_FILE holds (its record, cache.write_record, lists them).
 UNZIPPED_NAMES_FILES = ("names.txt", "bounds.npy")
 UNZIPPED_NAMES_VERSION = 1
 
@@ -110,15 +110,12 @@ def _unzipped_names(path: Path, sha256: str) -> Optional[Tuple[bytes, np.ndarray
     """The names of the ROW_NAMES_FILE at `path` (whose checksum is `sha256`) and their bounds,
     read from a copy unzipped once into the cache folder; None where no cache can be written
     (the caller unzips them itself)."""
-    from ..cache import ResourceError, cache_dir, cached_build, damaged_record, file_records
-
     held: list = []
 
     def intact(folder: Path) -> bool:
+        if not recorded_intact(folder, UNZIPPED_NAMES_FILES):
+            return False
         try:
-            records = json.loads((folder / "files.json").read_text(encoding="utf-8"))
-            if set(records) != set(UNZIPPED_NAMES_FILES) or damaged_record(folder, records):
-                return False
             data, bounds = (folder / "names.txt").read_bytes(), np.load(folder / "bounds.npy")
         except (OSError, ValueError):
             return False
@@ -131,7 +128,7 @@ def _unzipped_names(path: Path, sha256: str) -> Optional[Tuple[bytes, np.ndarray
         data = _gunzip(path)
         (staging / "names.txt").write_bytes(data)
         np.save(staging / "bounds.npy", _name_bounds(data))
-        (staging / "files.json").write_text(json.dumps(file_records(staging, UNZIPPED_NAMES_FILES), indent=2))
+        write_record(staging, UNZIPPED_NAMES_FILES)
 
     try:
         folder = cache_dir() / f"row-names-{sha256[:16]}-v{UNZIPPED_NAMES_VERSION}"
@@ -643,10 +640,9 @@ class ConceptIndex:
         folder = cache_dir() / f"row-keys-{key}"
 
         def intact(path: Path) -> bool:
+            if not recorded_intact(path, ["keys.npy"]):
+                return False
             try:
-                records = json.loads((path / "files.json").read_text(encoding="utf-8"))
-                if set(records) != {"keys.npy"} or damaged_record(path, records):
-                    return False
                 self._row_keys = np.load(path / "keys.npy")
             except (OSError, ValueError):
                 return False
@@ -654,7 +650,7 @@ class ConceptIndex:
 
         def build(staging: Path) -> None:
             np.save(staging / "keys.npy", made())
-            (staging / "files.json").write_text(json.dumps(file_records(staging, ["keys.npy"]), indent=2))
+            write_record(staging, ["keys.npy"])
 
         cached_build(folder, build, intact, "index rows' exact-name keys", takes="about a second for the bundled index")
         if not intact(folder):  # read what the build wrote
