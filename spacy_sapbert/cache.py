@@ -101,13 +101,14 @@ def _unwritable(err: OSError) -> str:
 
 
 def cached_build(target: Path, build: Callable[[Path], object], intact: Callable[[Path], bool], what: str,
-                 takes: str = "", seconds: float = 0.0) -> Path:
+                 takes: str = "", seconds: float = 0.0, quiet: bool = False) -> Path:
     """`target` in the cache, built by `build` (into a staging folder, see write_to_cache) unless
     `intact(target)`. A file lock makes a second process wait for the first's build and reuse it;
     a damaged or stale `target` is rebuilt with one warning. what: what it is, for the messages
     ("bundled index's search graph"); takes: how long it took on a quiet 2-core machine, said (at
     INFO) before the build ("about 20 s"), which then reports its own time; seconds: that time as a
-    number, for a progress bar that runs against it while the build works."""
+    number, for a progress bar that runs against it while the build works; quiet: a build of a
+    fraction of a second, which first use does not announce (its lines go at DEBUG)."""
     if intact(target):  # a warm start: no lock, and filelock (which imports asyncio) not imported
         return target
     from filelock import FileLock
@@ -121,14 +122,15 @@ def cached_build(target: Path, build: Callable[[Path], object], intact: Callable
         if intact(target):  # another process built it while this one waited
             return target
         takes = f" ({takes} on 2 quiet CPU cores)" if takes else ""
+        say = first_use.debug if quiet else first_use.info
         if target.exists():
             logger.warning("The cached %s in %s is damaged or stale; building it again%s.", what, target, takes)
         else:
-            first_use.info("Building the %s once%s; it is cached in %s.", what, takes, target)
+            say("Building the %s once%s; it is cached in %s.", what, takes, target)
         start = time.perf_counter()
         with _timed_bar(f"building the {what}", seconds):
             built = write_to_cache(target, build)
-        first_use.info("Built the %s in %.0f s.", what, time.perf_counter() - start)
+        say("Built the %s in %.0f s.", what, time.perf_counter() - start)
         return built
     finally:
         lock.release()

@@ -6,13 +6,16 @@ import json
 import logging
 import re
 import shutil
+import sys
 import threading
 import time
 import zlib
+from bisect import bisect_left
 from collections.abc import Sequence as SequenceABC
 from contextlib import contextmanager, nullcontext
+from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
@@ -110,29 +113,48 @@ def _unzipped_names(path: Path, sha256: str) -> Optional[Tuple[bytes, np.ndarray
     """The names of the ROW_NAMES_FILE at `path` (whose checksum is `sha256`) and their bounds,
     read from a copy unzipped once into the cache folder; None where no cache can be written
     (the caller unzips them itself)."""
-    held: list = []
 
-    def intact(folder: Path) -> bool:
-        if not recorded_intact(folder, UNZIPPED_NAMES_FILES):
-            return False
-        try:
-            data, bounds = (folder / "names.txt").read_bytes(), np.load(folder / "bounds.npy")
-        except (OSError, ValueError):
-            return False
+    def read(folder: Path) -> Tuple[bytes, np.ndarray]:
+        data, bounds = (folder / "names.txt").read_bytes(), np.load(folder / "bounds.npy")
         if bounds.ndim != 1 or not len(bounds) or int(bounds[-1]) != len(data) + 1:
-            return False
-        held[:] = [(data, bounds)]
-        return True
+            raise ValueError("the bounds do not fit the names")
+        return data, bounds
 
-    def build(staging: Path) -> None:
+    def write(staging: Path) -> Tuple[bytes, np.ndarray]:
         data = _gunzip(path)
         (staging / "names.txt").write_bytes(data)
         np.save(staging / "bounds.npy", _name_bounds(data))
-        write_record(staging, UNZIPPED_NAMES_FILES)
+        return read(staging)
+
+    return _cached_copy(path, sha256, "row-names", UNZIPPED_NAMES_VERSION, UNZIPPED_NAMES_FILES, read, write,
+                        "unzipped copy")
+
+
+def _cached_copy(path: Path, sha256: str, kind: str, version: int, files: Sequence[str],
+                 read: Callable[[Path], object], write: Callable[[Path], object], what: str):
+    """What `write` derives from the file at `path` (whose checksum is `sha256`) into a staging
+    folder of the cache, once, and returns; read back by `read` on every later load (a copy whose
+    record or content is damaged, where `read` raises, is made again). None where no cache can be
+    written (the caller derives it itself)."""
+    held: list = []
+
+    def intact(folder: Path) -> bool:
+        if not recorded_intact(folder, files):
+            return False
+        try:
+            held[:] = [read(folder)]
+        except (OSError, ValueError, ConceptIndexError):
+            return False
+        return True
+
+    def build(staging: Path) -> None:
+        held[:] = [write(staging)]
+        write_record(staging, files)
 
     try:
-        folder = cache_dir() / f"row-names-{sha256[:16]}-v{UNZIPPED_NAMES_VERSION}"
-        cached_build(folder, build, intact, f"unzipped copy of {path.name} in {path.parent}", takes="under a second")
+        folder = cache_dir() / f"{kind}-{sha256[:16]}-v{version}"
+        cached_build(folder, build, intact, f"{what} of {path.name} in {path.parent}", takes="under a second",
+                     quiet=True)
     except ResourceError:
         return None
     return held[0] if held or intact(folder) else None
@@ -204,20 +226,142 @@ class PackedIds(SequenceABC):
         return None if found < 0 else found
 
 
-def _read_concepts(path: Path, meta: dict) -> Tuple[dict, Sequence[str], Tuple[List[Tuple[str, ...]], np.ndarray]]:
-    """An index folder's CONCEPTS_FILE as stored, its concept ids (from the file, or packed in
-    IDS_FILE) and its type sets (stored_type_sets)."""
-    if CONCEPTS_FILE not in meta["files"]:
+class TypeSets(SequenceABC):
+    """Each concept's types (a tuple per concept, in its stored order), held as numbers: the
+    distinct types once, sorted (`names`); each distinct set of them as a run of those numbers
+    (`members[starts[s]:starts[s + 1]]`); and each concept's set (`which`). A set's tuple is
+    made when first asked for, and which sets hold a type of some prefixes is found by bisecting
+    the sorted names and summing runs (`verdicts`): no Python step per set or per type."""
+
+    def __init__(self, names: List[str], members: np.ndarray, starts: np.ndarray, which: np.ndarray):
+        members, starts, which = (np.asarray(a) for a in (members, starts, which))
+        if not (members.ndim == starts.ndim == which.ndim == 1 and len(starts) and starts[0] == 0
+                and starts[-1] == len(members) and (np.diff(starts) >= 0).all()
+                and all(np.issubdtype(a.dtype, np.integer) for a in (members, starts, which))
+                and (not len(members) or 0 <= members.min() <= members.max() < len(names))
+                and (not len(which) or 0 <= which.min() <= which.max() < len(starts) - 1)):
+            raise ConceptIndexError("The stored sets of types are inconsistent; rebuild the index.")
+        self.names, self.members, self.starts, self.which = names, members, starts, which
+        self._tuples: List[Optional[Tuple[str, ...]]] = [None] * (len(starts) - 1)
+        self._verdicts: Dict[Tuple[str, ...], np.ndarray] = {}
+
+    @classmethod
+    def of_sets(cls, sets: Sequence[Sequence[str]], which: Sequence[int]) -> "TypeSets":
+        """Each distinct set of types (a sequence each) and each concept's set's number."""
+        names = sorted(set().union(*sets)) if len(sets) else []
+        number = {name: i for i, name in enumerate(names)}
+        starts = np.zeros(len(sets) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, sets), dtype=np.int64, count=len(sets)), out=starts[1:])
+        members = np.fromiter(map(number.__getitem__, chain.from_iterable(sets)), dtype=np.int32, count=int(starts[-1]))
+        return cls(names, members, starts, np.asarray(which, dtype=np.int32))
+
+    def __len__(self) -> int:
+        return len(self.which)
+
+    def __getitem__(self, position: int) -> Tuple[str, ...]:
+        return self.of_set(int(self.which[position]))
+
+    def of_set(self, number: int) -> Tuple[str, ...]:
+        """The types of the distinct set `number`."""
+        found = self._tuples[number]
+        if found is None:
+            names = self.names
+            found = self._tuples[number] = tuple(
+                names[i] for i in self.members[self.starts[number]:self.starts[number + 1]].tolist())
+        return found
+
+    def __iter__(self) -> Iterator[Tuple[str, ...]]:
+        return map(self.of_set, self.which.tolist())
+
+    @property
+    def n_sets(self) -> int:
+        return len(self.starts) - 1
+
+    def verdicts(self, prefixes: Sequence[str]) -> np.ndarray:
+        """For each distinct set, whether one of its types starts with one of `prefixes`."""
+        key = tuple(sorted(set(prefixes)))
+        found = self._verdicts.get(key)
+        if found is None:
+            hits = np.zeros(len(self.names), dtype=bool)
+            for prefix in key:
+                hits[slice(*_prefix_range(self.names, prefix))] = True
+            counts = np.concatenate([[0], np.cumsum(hits[self.members], dtype=np.int64)])
+            found = counts[self.starts[1:]] > counts[self.starts[:-1]]
+            if len(self._verdicts) >= 64:  # prefixes come from label types: a handful
+                self._verdicts.clear()
+            self._verdicts[key] = found
+        return found
+
+
+def _prefix_range(ordered: List[str], prefix: str) -> Tuple[int, int]:
+    """Where the strings starting with `prefix` lie in the sorted list `ordered`."""
+    start = bisect_left(ordered, prefix)
+    if not prefix:
+        return 0, len(ordered)
+    if prefix[-1] == chr(sys.maxunicode):  # no next string to bisect for: walk
+        end = start
+        while end < len(ordered) and ordered[end].startswith(prefix):
+            end += 1
+        return start, end
+    return start, bisect_left(ordered, prefix[:-1] + chr(ord(prefix[-1]) + 1), start)
+
+
+def _read_concepts(path: Path, meta: dict) -> Tuple[dict, Sequence[str], TypeSets]:
+    """An index folder's CONCEPTS_FILE as stored, less its types; its concept ids (from the file,
+    or packed in IDS_FILE); and its types (TypeSets), read from the compact copy the cache keeps
+    of the file (`_compact_concepts`) where one can be kept."""
+    record = meta["files"].get(CONCEPTS_FILE)
+    if record is None:
         raise ConceptIndexError(f"{path} keeps no {CONCEPTS_FILE} (an index of the unpublished 0.1); rebuild it "
                                 "with `spacy-sapbert build-index`.")
-    stored = json.loads((path / CONCEPTS_FILE).read_text(encoding="utf-8"))
+    sha256 = record.get("sha256") if isinstance(record, dict) else None
+    compact = _compact_concepts(path / CONCEPTS_FILE, sha256) if sha256 else None
+    if compact is None:
+        compact = _split_concepts(json.loads((path / CONCEPTS_FILE).read_text(encoding="utf-8")))
+    stored, type_sets = compact
     if "concept_ids" in stored:
         ids = stored["concept_ids"]
     elif IDS_FILE in meta["files"]:
         ids = PackedIds.from_encoded(np.load(path / IDS_FILE))
     else:
         raise ConceptIndexError(f"{path / CONCEPTS_FILE} keeps no concept ids and {path} no {IDS_FILE}; rebuild the index.")
-    return stored, ids, stored_type_sets(stored)
+    return stored, ids, type_sets
+
+
+def _split_concepts(stored: dict) -> Tuple[dict, TypeSets]:
+    """A CONCEPTS_FILE's content less its types, and its types (stored_type_sets)."""
+    return {key: value for key, value in stored.items() if key not in _TYPE_KEYS}, stored_type_sets(stored)
+
+
+_TYPE_KEYS = ("types", "type_sets", "type_set")
+# What the cache's compact copy of a CONCEPTS_FILE holds (its record, cache.write_record, lists them):
+# the file less its types, the distinct types, and TypeSets' three arrays.
+COMPACT_CONCEPTS_FILES = ("rest.json", "type_names.json", "members.npy", "starts.npy", "which.npy")
+COMPACT_CONCEPTS_VERSION = 1
+
+
+def _compact_concepts(path: Path, sha256: str) -> Optional[Tuple[dict, TypeSets]]:
+    """The CONCEPTS_FILE at `path` (whose checksum is `sha256`) less its types, and its types,
+    read from a compact copy written once into the cache folder: parsing the bundled index's and
+    its supplement's files and making a tuple of types for each of their 69k sets took 0.12 s of
+    every load. None where no cache can be written (the caller parses the file itself)."""
+
+    def read(folder: Path) -> Tuple[dict, TypeSets]:
+        stored = json.loads((folder / "rest.json").read_text(encoding="utf-8"))
+        names = json.loads((folder / "type_names.json").read_text(encoding="utf-8"))
+        return stored, TypeSets(names, *(np.load(folder / name) for name in COMPACT_CONCEPTS_FILES[2:]))
+
+    def write(staging: Path) -> Tuple[dict, TypeSets]:
+        stored, type_sets = _split_concepts(json.loads(path.read_text(encoding="utf-8")))
+        (staging / "rest.json").write_text(json.dumps(stored, ensure_ascii=False, separators=(",", ":")),
+                                           encoding="utf-8")
+        (staging / "type_names.json").write_text(json.dumps(type_sets.names, ensure_ascii=False), encoding="utf-8")
+        for name, array in zip(COMPACT_CONCEPTS_FILES[2:], (type_sets.members, type_sets.starts, type_sets.which)):
+            np.save(staging / name, array)
+        return stored, type_sets
+
+    return _cached_copy(path, sha256, "concepts", COMPACT_CONCEPTS_VERSION, COMPACT_CONCEPTS_FILES, read, write,
+                        "compact copy")
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -256,24 +400,18 @@ def numbered_type_sets(types: Iterable[Sequence[str]], count: int) -> Tuple[List
     return list(numbers), which
 
 
-def stored_type_sets(stored: dict) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
-    """A CONCEPTS_FILE's distinct sets of types and each concept's set's number: as a supplement
-    stores them ("type_sets", "type_set"), or gathered from a list per concept ("types")."""
+def stored_type_sets(stored: dict) -> TypeSets:
+    """A CONCEPTS_FILE's types (TypeSets): as a supplement stores them, each distinct set once
+    ("type_sets") and each concept's set's number ("type_set"), or gathered from a list per
+    concept ("types")."""
     if "type_sets" in stored:
-        sets, which = stored["type_sets"], np.asarray(stored["type_set"], dtype=np.int64)
-    else:
-        sets, which = numbered_type_sets(stored["types"], len(stored["types"]))
-    # Each type's str once (the supplement's 182k types are 22k strings: 13 MB less).
-    once = {}.setdefault
-    return [tuple(map(once, types, types)) for types in sets], which
+        return TypeSets.of_sets(stored["type_sets"], stored["type_set"])
+    return TypeSets.of_sets(*numbered_type_sets(stored["types"], len(stored["types"])))
 
 
-def stored_types(stored: dict) -> List[Tuple[str, ...]]:
-    """Each concept's types from a CONCEPTS_FILE: a list per concept ("types"), or each distinct
-    set once ("type_sets") and each concept's set's number ("type_set"), as a supplement stores
-    them; concepts with the same types share one tuple."""
-    sets, which = stored_type_sets(stored)
-    return [sets[i] for i in which.tolist()]
+def stored_types(stored: dict) -> TypeSets:
+    """Each concept's types from a CONCEPTS_FILE, a tuple each (stored_type_sets)."""
+    return stored_type_sets(stored)
 
 
 def check_label_types(mapping, where: str) -> Dict[str, List[str]]:
@@ -362,8 +500,8 @@ class ConceptIndex:
         # Each alternative id's concept position, when loaded from a CONCEPTS_FILE that keeps
         # them: resolve_id then reads no KB.
         self._alt_positions: Optional[Dict[str, int]] = None
-        # (each distinct set of types, each concept's set's number): _type_set_numbers.
-        self._type_sets: Optional[Tuple[List[Tuple[str, ...]], np.ndarray]] = None
+        # Each concept's types as TypeSets, gathered from the KB once when not loaded so (_type_sets_held).
+        self._type_sets: Optional[TypeSets] = None
         self._selectors: Dict[Tuple[str, ...], Tuple[object, int]] = {}
         self._split: Optional[tuple] = None  # (index, its pre-transform maps, the index inside)
         # (a folder, the ROW_FILES it stores for these very rows): read in place of the KB.
@@ -429,6 +567,8 @@ class ConceptIndex:
     def has_type(self, position: int, prefixes: Sequence[str]) -> bool:
         """Whether the concept at `position` has a type starting with one of `prefixes`
         (Concept.has_type)."""
+        if isinstance(self._types, TypeSets):
+            return bool(self._types.verdicts(prefixes)[self._types.which[position]])
         prefixes = tuple(prefixes)
         return any(t.startswith(prefixes) for t in self.concept_types(position))
 
@@ -714,26 +854,26 @@ class ConceptIndex:
                 f"{encoder.fingerprint}); rebuild it with `spacy-sapbert build-index`."
             )
 
-    def _type_set_numbers(self) -> Tuple[List[Tuple[str, ...]], np.ndarray]:
-        """Each distinct set of types once and each concept's set's number: as loaded from the
-        CONCEPTS_FILE, or gathered from the KB once."""
+    def _type_sets_held(self) -> TypeSets:
+        """Each concept's types as TypeSets: as loaded from the CONCEPTS_FILE, or gathered from
+        the KB once."""
+        if isinstance(self._types, TypeSets):
+            return self._types
         if self._type_sets is None:
             n_concepts = len(self.concept_ids)
-            self._type_sets = numbered_type_sets((self.concept_types(i) for i in range(n_concepts)), n_concepts)
+            self._type_sets = TypeSets.of_sets(
+                *numbered_type_sets((self.concept_types(i) for i in range(n_concepts)), n_concepts))
         return self._type_sets
 
     def _selector(self, type_prefixes: Sequence[str]) -> Tuple[object, int]:
         key = tuple(sorted(type_prefixes))
         if key not in self._selectors:
             # Each distinct set of types is asked once (291k concepts share 69k sets; asking each
-            # concept took a second of the bundled pipe's load).
-            sets, which = self._type_set_numbers()
-            # Each distinct type asked once; a set is in where it meets the types asked for
-            # (isdisjoint mapped in C): 44 ms for the bundled pipe's two labels against 68 by any().
-            allowed = {t for t in {t for types in sets for t in types} if t.startswith(key)}
-            verdicts = ~np.fromiter(map(allowed.isdisjoint, sets), dtype=bool, count=len(sets))
+            # concept took a second of the bundled pipe's load), by array steps (TypeSets.verdicts):
+            # 3 ms for the bundled pipe's two labels, against 70 to 90 asking each type in Python.
+            type_sets = self._type_sets_held()
             # One bit a row (26 KB for 208k names), where a set of row ids took megabytes.
-            member = verdicts[which][self.row_concepts]
+            member = type_sets.verdicts(key)[type_sets.which][self.row_concepts]
             bitmap = np.packbits(member, bitorder="little")
             selector = faiss.IDSelectorBitmap(len(member), faiss.swig_ptr(bitmap))
             selector.bitmap_array = bitmap  # the selector reads this buffer: keep it alive
@@ -878,8 +1018,11 @@ class ConceptIndex:
             raise ConceptIndexError(problem)
         kb_file = KB_FILE_GZ if KB_FILE_GZ in meta.get("files", {}) else KB_FILE
         stored, ids, type_sets = _read_concepts(path, meta)
-        concepts = (ids, list(map(type_sets[0].__getitem__, type_sets[1].tolist())))  # stored_types
-        n_concepts = len(concepts[0])
+        concepts = (ids, type_sets)
+        n_concepts = len(ids)
+        if len(type_sets) != n_concepts:
+            raise ConceptIndexError(f"{path / CONCEPTS_FILE} gives types to {len(type_sets)} concepts but holds "
+                                    f"{n_concepts}; rebuild the index.")
         flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
         index = faiss.read_index(str(path / FAISS_FILE), flags)
         rows = np.load(path / ROWS_FILE)
@@ -898,7 +1041,6 @@ class ConceptIndex:
         loaded = cls(None, index, rows, meta, concepts=concepts)
         if "alt_ids" in stored:
             loaded._alt_positions = dict(zip(stored["alt_ids"], stored["alt_positions"]))
-        loaded._type_sets = type_sets
         loaded._kb_file = path / kb_file
         loaded.path = path
         stored_rows = [name for name in ROW_FILES if name in meta["files"]]

@@ -154,8 +154,9 @@ class SupplementedIndex:
         return self.supplement.concept_types(int(self._new[position - self._n_main]))
 
     def has_type(self, position: int, prefixes: Sequence[str]) -> bool:
-        prefixes = tuple(prefixes)
-        return any(t.startswith(prefixes) for t in self.concept_types(position))
+        if position < self._n_main:
+            return self.main.has_type(position, prefixes)
+        return self.supplement.has_type(int(self._new[position - self._n_main]), prefixes)
 
     def allowed_rows(self, type_prefixes: Optional[Sequence[str]] = None) -> int:
         return self.main.allowed_rows(type_prefixes) + self.supplement.allowed_rows(type_prefixes)

@@ -129,6 +129,12 @@ def test_a_first_build_is_announced_at_info_not_warning(cache, caplog):
     said = [(r.levelno, r.message) for r in caplog.records]
     assert [level for level, _ in said] == [logging.INFO, logging.INFO], said
     assert said[0][1].startswith("Building the a test entry once (about 1 s on 2 quiet CPU cores)")
+    # A build of a fraction of a second is not announced.
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="spacy_sapbert.first_use"):
+        cached_build(cache_module.cache_dir() / "small", _write, _intact, "a small entry", takes="under a second",
+                     quiet=True)
+    assert not caplog.records
 
 
 def test_first_use_speaks_on_stderr_where_logging_is_not_configured(tmp_path):

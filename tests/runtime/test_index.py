@@ -2,6 +2,8 @@ import filecmp
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spacy_sapbert.encoders.transformer import TorchEncoder
 from spacy_sapbert.ranking.concepts import search_concepts
@@ -104,6 +106,43 @@ def test_round_trip_is_byte_identical(flat_index, tiny_encoder, tmp_path):
         assert filecmp.cmp(first / name, second / name, shallow=False), name
     vectors = tiny_encoder.encode(QUERIES)
     assert search_concepts(loaded, vectors, k=4) == search_concepts(flat_index, vectors, k=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.text(alphabet="AD0.\U0010ffff\ud7ff", max_size=4), max_size=3), min_size=1, max_size=8),
+       st.lists(st.text(alphabet="AD0.\U0010ffff\ud7ff", max_size=3), min_size=1, max_size=3))
+def test_type_set_verdicts_are_those_of_startswith(sets, prefixes):
+    from spacy_sapbert.search.index import TypeSets
+
+    type_sets = TypeSets.of_sets(sets, list(range(len(sets))))
+    assert type_sets.verdicts(prefixes).tolist() == [any(t.startswith(tuple(prefixes)) for t in s) for s in sets]
+    assert list(type_sets) == [tuple(s) for s in sets]
+
+
+def test_concepts_are_read_from_a_compact_copy_in_the_cache(flat_index, tiny_encoder, tmp_path, monkeypatch):
+    """A load keeps a compact copy of the concepts file in the cache and reads it afterwards: the
+    same ids, types, selectors and links as the file itself gives; a damaged copy is made again,
+    and where no cache can be written the file is read as it is."""
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
+    saved = flat_index.save(tmp_path / "index")
+    first = ConceptIndex.load(saved, encoder=tiny_encoder)
+    [copy] = (tmp_path / "cache").glob("concepts-*")
+    again = ConceptIndex.load(saved, encoder=tiny_encoder)
+    (copy / "which.npy").write_bytes(b"damaged")
+    repaired = ConceptIndex.load(saved, encoder=tiny_encoder)
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(saved / META_FILE))  # a file, not a folder
+    uncached = ConceptIndex.load(saved, encoder=tiny_encoder)
+    vectors = tiny_encoder.encode(QUERIES)
+    expected_types = [tuple(c.types) for c in flat_index.kb]
+    for loaded in (first, again, repaired, uncached):
+        assert list(loaded.concept_ids) == list(flat_index.concept_ids)
+        assert [loaded.concept_types(i) for i in range(len(loaded.concept_ids))] == expected_types
+        assert [loaded.has_type(i, ["D"]) for i in range(len(expected_types))] == [
+            any(t.startswith("D") for t in types) for types in expected_types]
+        assert loaded.allowed_rows(["D"]) == flat_index.allowed_rows(["D"]) and loaded.resolve_id("nothing") is None
+        assert search_concepts(loaded, vectors, k=4, type_prefixes=["D"]) == search_concepts(
+            flat_index, vectors, k=4, type_prefixes=["D"])
+    assert np.load(copy / "which.npy").tolist() == first._types.which.tolist()
 
 
 def test_pickle_round_trip(flat_index, tiny_encoder):
@@ -367,6 +406,10 @@ def test_row_names_and_type_sets_read_as_before(tmp_path, monkeypatch):
     types = [["T047"], ["T121", "T109"], ["T047"], [], ["T121", "T109"], ["T109", "T121"]]
     sets, which = numbered_type_sets(types, len(types))
     assert sets == [("T047",), ("T121", "T109"), (), ("T109", "T121")] and which.tolist() == [0, 1, 0, 2, 1, 3]
-    stored, stored_which = stored_type_sets({"types": types})
-    assert stored == sets and stored_which.tolist() == which.tolist()
-    assert stored_type_sets({"type_sets": [list(s) for s in sets], "type_set": [0, 1, 0, 2, 1, 3]})[0] == sets
+    stored = stored_type_sets({"types": types})
+    assert list(stored) == [tuple(t) for t in types] and [stored.of_set(i) for i in range(stored.n_sets)] == sets
+    assert list(stored_type_sets({"type_sets": [list(s) for s in sets], "type_set": [0, 1, 0, 2, 1, 3]})) == list(stored)
+    # A set is in where one of its types starts with a prefix asked for; a set without types never is.
+    assert stored.verdicts(["T12"]).tolist() == [False, True, False, True]
+    assert stored.verdicts(["T047", "T109"]).tolist() == [True, True, False, True]
+    assert stored.verdicts([""]).tolist() == [True, True, False, True] and not stored.verdicts(["X"]).any()
