@@ -1,23 +1,45 @@
 """FAISS indexes over name vectors, as ConceptIndex stores and searches them: the index types
 (flat, scalar-quantised, HNSW graphs over either, IVF-PQ), projections, and a search graph set
 over stored codes from its stored links instead of built again."""
+from __future__ import annotations  # FAISS's types in signatures name a module not yet imported
+
+import importlib.util
 import logging
 import math
+import sys
 from typing import Dict, List, Optional, Tuple
 
-import faiss
 import numpy as np
 
 logger = logging.getLogger(__name__)
 
+
+def _imported_on_first_use(name: str):
+    """The module `name`, imported when an attribute of it is first read (importlib's LazyLoader):
+    spaCy imports this package's entry points whenever it makes any pipeline, `spacy.blank("en")`
+    too, and importing FAISS took 37 ms of that, where no index is loaded."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+faiss = _imported_on_first_use("faiss")
+
 # The links of an HNSW graph: its arrays as FAISS holds them, and its entry point and top level.
 GRAPH_ARRAYS = ("levels", "offsets", "neighbors")
 
-# Scalar quantisers: bits per dimension.
+# Scalar quantisers: bits per dimension (faiss.ScalarQuantizer's names for them).
 SQ_TYPES = {
-    "sq8": faiss.ScalarQuantizer.QT_8bit,
-    "sq6": faiss.ScalarQuantizer.QT_6bit,
-    "sq4": faiss.ScalarQuantizer.QT_4bit,
+    "sq8": "QT_8bit",
+    "sq6": "QT_6bit",
+    "sq4": "QT_4bit",
 }
 
 
@@ -62,13 +84,13 @@ def make_faiss_index(vectors: np.ndarray, index_type: str = "flat", dim: Optiona
     if index_type == "flat":
         index = faiss.IndexFlatIP(d)
     elif index_type in SQ_TYPES:
-        index = faiss.IndexScalarQuantizer(d, SQ_TYPES[index_type], metric)
+        index = faiss.IndexScalarQuantizer(d, getattr(faiss.ScalarQuantizer, SQ_TYPES[index_type]), metric)
     elif index_type == "hnsw":
         index = faiss.IndexHNSWFlat(d, 32, metric)
         index.hnsw.efConstruction = 80
         index.hnsw.efSearch = 128
     elif index_type.startswith("hnsw-"):
-        index = _hnsw_sq(d, SQ_TYPES[index_type[len("hnsw-"):]])
+        index = _hnsw_sq(d, getattr(faiss.ScalarQuantizer, SQ_TYPES[index_type[len("hnsw-"):]]))
     else:  # ivfpq
         if n < 100_000:
             logger.warning(

@@ -1,5 +1,7 @@
 """A FAISS index over name embeddings that answers with distinct concepts: ConceptIndex, its
 storage and its search (the FAISS index types themselves: search.builders)."""
+from __future__ import annotations  # FAISS's types in signatures: FAISS is imported on first use (builders)
+
 import gzip
 import hashlib
 import json
@@ -17,7 +19,6 @@ from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-import faiss
 import numpy as np
 
 from ..assets import KB_FILE_GZ
@@ -25,7 +26,7 @@ from ..cache import ResourceError, cache_dir, cached_build, damaged_record, file
 from ..kb.concepts import KBFormatError, KnowledgeBase, name_hash, name_key
 from ..kb.formats import read_canonical_names, read_jsonl, write_jsonl
 from .builders import (INDEX_TYPES, SQ_TYPES, ConceptIndexError, _graph_over_codes, _search_params, _split_pre_transform,
-                       graph_links, make_faiss_index)
+                       faiss, graph_links, make_faiss_index)
 
 if TYPE_CHECKING:
     from ..encoders.base import Encoder
