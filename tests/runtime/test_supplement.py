@@ -53,6 +53,31 @@ def test_the_supplement_adds_concepts_and_names(tiny_model, supplemented_dir):
     assert pipe.resolve_id(ASPIRIN) == ASPIRIN
 
 
+def test_the_supplement_s_positions_are_kept_in_the_cache(tiny_encoder, supplemented_dir, tmp_path, monkeypatch):
+    """Where each supplement concept lies among the index's is found once and kept in the cache;
+    a damaged copy is found again, and without a writable cache it is found on every load."""
+    from spacy_sapbert.search.index import ConceptIndex
+    from spacy_sapbert.search.supplement import SUPPLEMENT_DIR, SupplementedIndex
+
+    def loaded():
+        main = ConceptIndex.load(supplemented_dir, encoder=tiny_encoder)
+        return SupplementedIndex(main, ConceptIndex.load(supplemented_dir / SUPPLEMENT_DIR, encoder=tiny_encoder))
+
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
+    first = loaded()
+    [copy] = (tmp_path / "cache").glob("supplement-positions-*")
+    again = loaded()
+    np.save(copy / "positions.npy", np.array([7, 7]))
+    repaired = loaded()
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(supplemented_dir / "meta.json"))  # a file, not a folder
+    uncached = loaded()
+    for index in (first, again, repaired, uncached):
+        assert list(index.concept_ids) == list(first.concept_ids) and index.concept_ids[-1] == ASPIRIN
+        assert index.row_concepts.tolist() == first.row_concepts.tolist()
+    # riomet names metformin, a concept of the index; aspirin is the supplement's own.
+    assert np.load(copy / "positions.npy").tolist() == [-1, list(first.main.concept_ids).index("D008687")]
+
+
 def test_the_keys_of_both_are_held_once(tiny_model, supplemented_dir):
     from spacy_sapbert.kb.concepts import name_hash
 
