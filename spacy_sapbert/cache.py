@@ -136,6 +136,38 @@ def cached_build(target: Path, build: Callable[[Path], object], intact: Callable
         lock.release()
 
 
+def derived_copy(path: Path, sha256: str, kind: str, version: int, files: Iterable[str],
+                 read: Callable[[Path], object], write: Callable[[Path], None], what: str):
+    """What `write` derives from the file at `path` (whose checksum is `sha256`) into a staging
+    folder, once, kept as `kind-<sha256[:16]>-v<version>` in the cache holding `files`, and what
+    `read` gives of that folder, on that load and every later one (a copy whose record does not
+    match, or where `read` raises OSError or ValueError, is made again). A build of a fraction of
+    a second, so not announced. None where no cache can be written (the caller derives it itself)."""
+    files = list(files)
+    held: list = []
+
+    def intact(folder: Path) -> bool:
+        if not recorded_intact(folder, files):
+            return False
+        try:
+            held[:] = [read(folder)]
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def build(staging: Path) -> None:
+        write(staging)
+        write_record(staging, files)
+
+    try:
+        folder = cache_dir() / f"{kind}-{sha256[:16]}-v{version}"
+        cached_build(folder, build, intact, f"{what} of {path.name} in {path.parent}", takes="under a second",
+                     quiet=True)
+    except ResourceError:
+        return None
+    return held[0] if held or intact(folder) else None
+
+
 @contextmanager
 def _timed_bar(what: str, seconds: float):
     """A tqdm bar (on stderr, for a terminal only) that fills against an expected duration while

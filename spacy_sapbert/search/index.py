@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Opti
 import numpy as np
 
 from ..assets import KB_FILE_GZ
-from ..cache import ResourceError, cache_dir, cached_build, damaged_record, file_records, recorded_intact, write_record
+from ..cache import cache_dir, cached_build, damaged_record, derived_copy, file_records, recorded_intact, write_record
 from ..kb.concepts import KBFormatError, KnowledgeBase, name_hash, name_key
 from ..kb.formats import read_canonical_names, read_jsonl, write_jsonl
 from .builders import (INDEX_TYPES, SQ_TYPES, ConceptIndexError, _graph_over_codes, _search_params, _split_pre_transform,
@@ -121,44 +121,13 @@ def _unzipped_names(path: Path, sha256: str) -> Optional[Tuple[bytes, np.ndarray
             raise ValueError("the bounds do not fit the names")
         return data, bounds
 
-    def write(staging: Path) -> Tuple[bytes, np.ndarray]:
+    def write(staging: Path) -> None:
         data = _gunzip(path)
         (staging / "names.txt").write_bytes(data)
         np.save(staging / "bounds.npy", _name_bounds(data))
-        return read(staging)
 
-    return _cached_copy(path, sha256, "row-names", UNZIPPED_NAMES_VERSION, UNZIPPED_NAMES_FILES, read, write,
+    return derived_copy(path, sha256, "row-names", UNZIPPED_NAMES_VERSION, UNZIPPED_NAMES_FILES, read, write,
                         "unzipped copy")
-
-
-def _cached_copy(path: Path, sha256: str, kind: str, version: int, files: Sequence[str],
-                 read: Callable[[Path], object], write: Callable[[Path], object], what: str):
-    """What `write` derives from the file at `path` (whose checksum is `sha256`) into a staging
-    folder of the cache, once, and returns; read back by `read` on every later load (a copy whose
-    record or content is damaged, where `read` raises, is made again). None where no cache can be
-    written (the caller derives it itself)."""
-    held: list = []
-
-    def intact(folder: Path) -> bool:
-        if not recorded_intact(folder, files):
-            return False
-        try:
-            held[:] = [read(folder)]
-        except (OSError, ValueError, ConceptIndexError):
-            return False
-        return True
-
-    def build(staging: Path) -> None:
-        held[:] = [write(staging)]
-        write_record(staging, files)
-
-    try:
-        folder = cache_dir() / f"{kind}-{sha256[:16]}-v{version}"
-        cached_build(folder, build, intact, f"{what} of {path.name} in {path.parent}", takes="under a second",
-                     quiet=True)
-    except ResourceError:
-        return None
-    return held[0] if held or intact(folder) else None
 
 
 def _gunzip(path: Path) -> bytes:
@@ -352,16 +321,15 @@ def _compact_concepts(path: Path, sha256: str) -> Optional[Tuple[dict, TypeSets]
         names = json.loads((folder / "type_names.json").read_text(encoding="utf-8"))
         return stored, TypeSets(names, *(np.load(folder / name) for name in COMPACT_CONCEPTS_FILES[2:]))
 
-    def write(staging: Path) -> Tuple[dict, TypeSets]:
+    def write(staging: Path) -> None:
         stored, type_sets = _split_concepts(json.loads(path.read_text(encoding="utf-8")))
         (staging / "rest.json").write_text(json.dumps(stored, ensure_ascii=False, separators=(",", ":")),
                                            encoding="utf-8")
         (staging / "type_names.json").write_text(json.dumps(type_sets.names, ensure_ascii=False), encoding="utf-8")
         for name, array in zip(COMPACT_CONCEPTS_FILES[2:], (type_sets.members, type_sets.starts, type_sets.which)):
             np.save(staging / name, array)
-        return stored, type_sets
 
-    return _cached_copy(path, sha256, "concepts", COMPACT_CONCEPTS_VERSION, COMPACT_CONCEPTS_FILES, read, write,
+    return derived_copy(path, sha256, "concepts", COMPACT_CONCEPTS_VERSION, COMPACT_CONCEPTS_FILES, read, write,
                         "compact copy")
 
 

@@ -23,11 +23,10 @@ from typing import Callable, Container, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from ..cache import file_records
+from ..cache import derived_copy, file_records
 from ..kb.concepts import Concept, KnowledgeBase
 from .index import (CONCEPTS_FILE, FAISS_FILE, IDS_FILE, META_FILE, PARALLEL_QUERIES, ROW_KEYS_FILE, ROW_NAMES_FILE,
-                    ROWS_FILE, ConceptIndex, ConceptIndexError, PackedIds, RowNames, _cached_copy, stored_types,
-                    write_row_files)
+                    ROWS_FILE, ConceptIndex, ConceptIndexError, PackedIds, RowNames, stored_types, write_row_files)
 
 SUPPLEMENT_DIR = "supplement"
 # The supplement's row names, one a line (utf-8, gzip with mtime 0), and their kb.name_hash keys.
@@ -126,12 +125,11 @@ def _positions_among(main: ConceptIndex, supplement: ConceptIndex) -> np.ndarray
             raise ConceptIndexError("the positions do not fit the indexes")
         return position
 
-    def write(staging: Path) -> np.ndarray:
+    def write(staging: Path) -> None:
         np.save(staging / POSITIONS_FILES[0], found())
-        return read(staging)
 
     key = hashlib.sha256(" ".join(shas).encode("ascii")).hexdigest()
-    cached = _cached_copy(supplement.path / IDS_FILE, key, "supplement-positions", POSITIONS_VERSION, POSITIONS_FILES,
+    cached = derived_copy(supplement.path / IDS_FILE, key, "supplement-positions", POSITIONS_VERSION, POSITIONS_FILES,
                           read, write, "positions among its index's concepts")
     return found() if cached is None else cached
 

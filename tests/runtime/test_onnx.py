@@ -89,6 +89,32 @@ def test_mismatched_settings_and_damaged_exports_are_refused(onnx_dirs, tmp_path
         OnnxEncoder(broken)
 
 
+def test_sessions_start_from_a_graph_optimised_once(onnx_dirs, tmp_path, monkeypatch):
+    """A session starts from the export's graph as ONNX Runtime optimises it, kept in the cache
+    once: the same vectors bit for bit, one row or many; a damaged copy is made again, and
+    without a writable cache the session starts from the export's own graph."""
+    import onnxruntime
+
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path / "cache"))
+    path = onnx_dirs["int8"]
+    own = OnnxEncoder(path)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    own._session = onnxruntime.InferenceSession(str(path / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    expected, alone = own.encode(TEXTS), [own.encode([text]) for text in TEXTS]
+    [copy] = (tmp_path / "cache").glob("onnx-optimised-*")
+    (copy / "model.onnx").write_bytes(b"damaged")
+    repaired = OnnxEncoder(path)
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(path / ONNX_META))  # a file, not a folder
+    uncached = OnnxEncoder(path)
+    assert uncached._session._model_path == str(path / "model.onnx")
+    assert repaired._session._model_path == str(copy / "model.onnx")
+    for encoder in (repaired, uncached):
+        np.testing.assert_array_equal(encoder.encode(TEXTS), expected)
+        for text, vector in zip(TEXTS, alone):
+            np.testing.assert_array_equal(encoder.encode([text]), vector)
+
+
 def test_pickled_encoder_encodes_the_same(onnx_dirs):
     onnx = OnnxEncoder(onnx_dirs["int8"])
     copy = pickle.loads(pickle.dumps(onnx))
