@@ -54,6 +54,8 @@ def _check_link_arguments(text: Optional[str], input: Optional[Path], names: Opt
     """One sentence naming the option, before a pipeline is made."""
     if (text is None) == (input is None):
         _fail(ValueError("Give either a TEXT argument or --input FILE, not both and not neither."))
+    if text is not None and not text.strip():
+        _fail(ValueError("TEXT is empty; give the text to link, or --input FILE."))
     if input is not None and str(input) != "-" and not _is_corpus_input(input) and not input.is_file():
         _fail(ValueError(f"--input {str(input)!r} does not exist; give a JSONL or text file, a folder or a glob of "
                          "them, or '-' for standard input."))
@@ -73,11 +75,25 @@ def _user_errors() -> tuple:
     return (KBFormatError, ConceptIndexError, EncoderError, ResourceError, FileNotFoundError)
 
 
+class _CliFormatter(logging.Formatter):
+    """First use's lines as a Python process shows them ("spacy-sapbert: Building …"); other
+    records as level, logger and message."""
+
+    def __init__(self):
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.name == "spacy_sapbert.first_use" and record.levelno == logging.INFO:
+            return f"spacy-sapbert: {record.getMessage()}"
+        return super().format(record)
+
+
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details.")):
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    # What first use builds, as a Python process shows it (cache.first_use); the rest as before.
+    handler = logging.StreamHandler()
+    handler.setFormatter(_CliFormatter())
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     # Colours and icons for a terminal only: output redirected to a file or a pipe stays plain text.
     msg.pretty = sys.stdout.isatty()
     if not verbose:
@@ -351,9 +367,11 @@ def link(
         for record in linked:
             if out:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            else:
+            elif record["entities"]:
                 table = [(r["text"], r["label"], r["cui"] or "NIL", r["name"] or "", r["score"]) for r in record["entities"]]
                 msg.table(table, header=("mention", "label", "concept", "canonical name", "score"), divider=True, max_col=60)
+            else:
+                msg.text("No entity found." if record["text"].strip() else "(an empty document)")
     finally:
         if out:
             out.close()

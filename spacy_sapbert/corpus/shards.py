@@ -63,7 +63,7 @@ def outside_hint(found: Counter, ner: Optional[str]) -> Optional[str]:
         return None
     what = []
     if found["empty"]:
-        what.append(f"{found['empty']} of {found['documents']} documents yielded no linked entity")
+        what.append(f"{found['empty']} of {found['documents']} documents with text yielded no linked entity")
     if found["unsure"]:
         what.append(f"{found['unsure']} entities were found with low confidence")
     return (f"{' and '.join(what).capitalize()}: the bundled NER finds Disease and Chemical mentions as PubMed "
@@ -272,12 +272,13 @@ class ShardLinker:
         with text, those that yielded no linked entity, and the entities the NER was unsure of."""
         texts = (record["text"] for record in records)
         for record, doc in zip(records, self.nlp.pipe(texts, batch_size=self.settings.batch_size)):
-            if doc.text.strip():
+            rows = entity_rows(doc, self.name_of, self.settings.labels)
+            if doc.text.strip():  # of the entities written: those of --labels
                 self.found["documents"] += 1
-                self.found["empty"] += not any(ent._.cui for ent in doc.ents)
+                self.found["empty"] += not any(row["cui"] for row in rows)
                 self.found["unsure"] += sum(1 for ent in doc.ents if ent.has_extension("ner_score")
                                             and ent._.ner_score is not None and ent._.ner_score < UNSURE)
-            yield {**record, "entities": entity_rows(doc, self.name_of, self.settings.labels)}
+            yield {**record, "entities": rows}
 
     def run(self, shard: Shard) -> ShardResult:
         start = time.perf_counter()

@@ -258,7 +258,7 @@ class HybridRescorer:
         from ..cache import cached_build
 
         cached_build(folder, fit, intact, "hybrid score's char n-gram tf-idf of the names",
-                     takes="about a second for the bundled index", seconds=1)
+                     takes="about 2 s for the bundled index", seconds=2)
         return loaded[-1]
 
     def transform(self, texts: Sequence[str]) -> SparseRows:

@@ -354,3 +354,19 @@ def test_link_says_what_the_bundled_ner_covers_when_a_text_yields_nothing():
     hint = [line for line in result.stderr.splitlines() if "yielded no linked entity" in line]
     assert hint and "--ner" in result.stderr and "bundled NER finds Disease and Chemical" in result.stderr
     assert "yielded no linked entity" not in result.stdout  # stdout holds the table alone
+    assert result.stdout.strip() == "No entity found."  # no empty table
+    # An empty TEXT is one sentence, before any pipeline is made.
+    empty = CliRunner().invoke(app, ["link", "  "])
+    assert empty.exit_code == 1 and empty.output.strip().endswith("TEXT is empty; give the text to link, or --input FILE.")
+
+
+def test_the_command_line_shows_first_use_as_python_does():
+    import logging
+
+    from spacy_sapbert.cli import _CliFormatter
+
+    def shown(name, level, message):
+        return _CliFormatter().format(logging.LogRecord(name, level, __file__, 1, message, None, None))
+
+    assert shown("spacy_sapbert.first_use", logging.INFO, "Built it in 1 s.") == "spacy-sapbert: Built it in 1 s."
+    assert shown("spacy_sapbert.cache", logging.WARNING, "Damaged.") == "WARNING spacy_sapbert.cache: Damaged."

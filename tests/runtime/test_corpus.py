@@ -213,7 +213,8 @@ def test_link_says_what_the_bundled_ner_covers_when_it_finds_nothing_or_is_unsur
 
     assert outside_hint(Counter(documents=3), None) is None
     hint = outside_hint(Counter(documents=3, empty=2, unsure=1), None)
-    assert hint.startswith("2 of 3 documents yielded no linked entity and 1 entities were found with low confidence: ")
+    assert hint.startswith("2 of 3 documents with text yielded no linked entity and 1 entities were found with low "
+                           "confidence: ")
     assert "--ner" in hint and "\n" not in hint
     # a user's own NER is theirs to judge
     assert outside_hint(Counter(documents=3, empty=3), "en_ner_bc5cdr_md") is None
