@@ -367,16 +367,22 @@ def link(
         for record in linked:
             if out:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            elif record["entities"]:
-                table = [(r["text"], r["label"], r["cui"] or "NIL", r["name"] or "", r["score"]) for r in record["entities"]]
-                msg.table(table, header=("mention", "label", "concept", "canonical name", "score"), divider=True, max_col=60)
             else:
-                msg.text("No entity found." if record["text"].strip() else "(an empty document)")
+                _show(record)
     finally:
         if out:
             out.close()
             msg.good(f"Wrote {len(records)} documents to {output}")
     _say_what_the_ner_covers(linker, ner)
+
+
+def _show(record: dict) -> None:
+    """A linked document's entities as a table, or a line where it has none."""
+    if not record["entities"]:
+        msg.text("No entity found." if record["text"].strip() else "(an empty document)")
+        return
+    table = [(r["text"], r["label"], r["cui"] or "NIL", r["name"] or "", r["score"]) for r in record["entities"]]
+    msg.table(table, header=("mention", "label", "concept", "canonical name", "score"), divider=True, max_col=60)
 
 
 def _say_what_the_ner_covers(linker, ner: Optional[str]) -> None:
