@@ -320,7 +320,7 @@ def link(
     input: Optional[Path] = typer.Option(None, "--input", help="JSONL with a \"text\" field, or plain text, one document per line ('-': standard input)."),
     input_format: InputFormat = typer.Option(InputFormat.auto, "--format", help="jsonl, text, or auto (JSONL when the first line is a JSON object)."),
     labels: str = typer.Option("", "--labels", help="Comma-separated entity labels to link (default: all)."),
-    k: int = typer.Option(5, "--candidates", "--k", help="Candidate concepts written per mention (the JSONL's candidates), of the k the linker retrieves (10); --k is this option's older name, not the linker's k."),
+    k: int = typer.Option(5, "--candidates", "--k", help="Candidate concepts written per mention (the JSONL's \"candidates\"; at most 10). --k: an older name of this option."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write linked documents as JSONL here."),
     ner: Optional[str] = typer.Option(None, "--ner", help="spaCy pipeline (name or path) whose NER sets doc.ents."),
     model: str = typer.Option(DEFAULT, "--model", help="Model directory or Hugging Face name."),
