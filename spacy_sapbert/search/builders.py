@@ -3,10 +3,8 @@
 over stored codes from its stored links instead of built again."""
 from __future__ import annotations  # FAISS's types in signatures name a module not yet imported
 
-import importlib.util
 import logging
 import math
-import sys
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -14,23 +12,20 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 
-def _imported_on_first_use(name: str):
-    """The module `name`, imported when an attribute of it is first read (importlib's LazyLoader):
-    spaCy imports this package's entry points whenever it makes any pipeline, `spacy.blank("en")`
-    too, and importing FAISS took 37 ms of that, where no index is loaded."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
-        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-    spec.loader = importlib.util.LazyLoader(spec.loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+class _FaissOnFirstUse:
+    """FAISS, imported when one of its names is first read: spaCy imports this package's entry
+    points whenever it makes any pipeline, `spacy.blank("en")` too, and importing FAISS took
+    37 ms of that, where no index is loaded. Each read goes through an import statement, which
+    Python's import lock keeps safe when threads load indexes at once (importlib's LazyLoader is
+    not, before Python 3.12)."""
+
+    def __getattr__(self, name: str):
+        import faiss
+
+        return getattr(faiss, name)
 
 
-faiss = _imported_on_first_use("faiss")
+faiss = _FaissOnFirstUse()
 
 # The links of an HNSW graph: its arrays as FAISS holds them, and its entry point and top level.
 GRAPH_ARRAYS = ("levels", "offsets", "neighbors")
