@@ -497,8 +497,13 @@ def _named_info() -> None:
         size = sum(_megabytes(d) for d in built)
         rows.append((name, named.what, named.measured or "", f"indexed ({size:.0f} MB)" if built else "not yet"))
     rows.append(("umls:META_FOLDER", "a UMLS release (MRCONSO.RRF, MRSTY.RRF)", "", ""))
+    import textwrap
+
+    # The descriptions wrapped, so that the table fits a terminal of 100 columns.
+    rows = [(name, textwrap.wrap(what, 40) or [""], *rest) for name, what, *rest in rows]
     msg.table(rows, header=("index", "knowledge base", "first use on 2 CPU cores", "in the cache"), divider=True,
-              max_col=max(len(cell) for row in rows for cell in row), title='Knowledge bases by name: config={"index": {"index": NAME}}, or build-index --kb NAME')
+              multiline=True, max_col=40, spacing=2,
+              title='Knowledge bases by name: config={"index": {"index": NAME}}, or build-index --kb NAME')
 
 
 # Other installed packages add commands through this entry-point group (the training package,

@@ -360,6 +360,15 @@ def test_link_says_what_the_bundled_ner_covers_when_a_text_yields_nothing():
     assert empty.exit_code == 1 and empty.output.strip().endswith("TEXT is empty; give the text to link, or --input FILE.")
 
 
+def test_info_lists_the_named_knowledge_bases_within_a_terminal_s_width(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPACY_SAPBERT_CACHE", str(tmp_path))
+    result = CliRunner().invoke(app, ["info"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("mesh ") for line in lines) and "818,353 names" in " ".join(result.stdout.split())
+    assert max(len(line.rstrip()) for line in lines) <= 100
+
+
 def test_the_command_line_shows_first_use_as_python_does():
     import logging
 
