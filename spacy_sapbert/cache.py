@@ -227,6 +227,15 @@ def file_records(folder: Path, names: Iterable[str]) -> Dict[str, dict]:
 RECORD_FILE = "files.json"
 
 
+def recorded_sha256(meta: dict, name: str) -> Optional[str]:
+    """The sha256 that `meta["files"]` (file_records) records for the file `name`, or None where
+    it records none: what a copy derived from that file is keyed by (derived_copy)."""
+    files = meta.get("files")
+    record = files.get(name) if isinstance(files, dict) else None
+    sha256 = record.get("sha256") if isinstance(record, dict) else None
+    return sha256 if isinstance(sha256, str) else None
+
+
 def write_record(folder: Path, names: Iterable[str]) -> None:
     """Record the sizes and checksums of `names` in `folder` (its RECORD_FILE), for recorded_intact."""
     (folder / RECORD_FILE).write_text(json.dumps(file_records(folder, names), indent=2))

@@ -21,7 +21,7 @@ from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
-from ..cache import damaged_record, derived_copy
+from ..cache import damaged_record, derived_copy, recorded_sha256
 from .base import PROGRESS_MIN_TEXTS, EncoderError, context_max_length
 from .settings import SETTINGS_FILE, SettingsError, read_settings
 
@@ -86,8 +86,8 @@ def _optimised_graph(path: Path, meta: dict, onnxruntime) -> Path:
     default; the same numbers bit for bit, as the session applies the same optimisations either
     way); the export's own file where it records no checksum or no cache can be written."""
     graph = path / meta["file"]
-    record = meta.get("files", {}).get(meta["file"])
-    if not isinstance(record, dict) or not isinstance(record.get("sha256"), str):
+    sha256 = recorded_sha256(meta, meta["file"])
+    if sha256 is None:
         return graph
 
     def read(folder: Path) -> Path:
@@ -100,7 +100,7 @@ def _optimised_graph(path: Path, meta: dict, onnxruntime) -> Path:
         options.optimized_model_filepath = str(staging / OPTIMISED_FILES[0])
         onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
 
-    key = hashlib.sha256(f"{record['sha256']} {onnxruntime.__version__} {platform.machine()}".encode("utf-8")).hexdigest()
+    key = hashlib.sha256(f"{sha256} {onnxruntime.__version__} {platform.machine()}".encode("utf-8")).hexdigest()
     optimised = derived_copy(graph, key, "onnx-optimised", OPTIMISED_VERSION, OPTIMISED_FILES, read, write,
                              "ONNX Runtime's optimised graph")
     return graph if optimised is None else optimised

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Opti
 import numpy as np
 
 from ..assets import KB_FILE_GZ
-from ..cache import cache_dir, cached_build, damaged_record, derived_copy, file_records, recorded_intact, write_record
+from ..cache import (cache_dir, cached_build, damaged_record, derived_copy, file_records, recorded_intact,
+                     recorded_sha256, write_record)
 from ..kb.concepts import KBFormatError, KnowledgeBase, name_hash, name_key
 from ..kb.formats import read_canonical_names, read_jsonl, write_jsonl
 from .builders import (INDEX_TYPES, SQ_TYPES, ConceptIndexError, _graph_over_codes, _search_params, _split_pre_transform,
@@ -280,11 +281,10 @@ def _read_concepts(path: Path, meta: dict) -> Tuple[dict, Sequence[str], TypeSet
     """An index folder's CONCEPTS_FILE as stored, less its types; its concept ids (from the file,
     or packed in IDS_FILE); and its types (TypeSets), read from the compact copy the cache keeps
     of the file (`_compact_concepts`) where one can be kept."""
-    record = meta["files"].get(CONCEPTS_FILE)
-    if record is None:
+    if CONCEPTS_FILE not in meta["files"]:
         raise ConceptIndexError(f"{path} keeps no {CONCEPTS_FILE} (an index of the unpublished 0.1); rebuild it "
                                 "with `spacy-sapbert build-index`.")
-    sha256 = record.get("sha256") if isinstance(record, dict) else None
+    sha256 = recorded_sha256(meta, CONCEPTS_FILE)
     compact = _compact_concepts(path / CONCEPTS_FILE, sha256) if sha256 else None
     if compact is None:
         compact = _split_concepts(json.loads((path / CONCEPTS_FILE).read_text(encoding="utf-8")))
@@ -376,11 +376,6 @@ def stored_type_sets(stored: dict) -> TypeSets:
     if "type_sets" in stored:
         return TypeSets.of_sets(stored["type_sets"], stored["type_set"])
     return TypeSets.of_sets(*numbered_type_sets(stored["types"], len(stored["types"])))
-
-
-def stored_types(stored: dict) -> TypeSets:
-    """Each concept's types from a CONCEPTS_FILE, a tuple each (stored_type_sets)."""
-    return stored_type_sets(stored)
 
 
 def check_label_types(mapping, where: str) -> Dict[str, List[str]]:

@@ -23,10 +23,11 @@ from typing import Callable, Container, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from ..cache import derived_copy, file_records
+from ..cache import derived_copy, file_records, recorded_sha256
 from ..kb.concepts import Concept, KnowledgeBase
 from .index import (CONCEPTS_FILE, FAISS_FILE, IDS_FILE, META_FILE, PARALLEL_QUERIES, ROW_KEYS_FILE, ROW_NAMES_FILE,
-                    ROWS_FILE, ConceptIndex, ConceptIndexError, PackedIds, RowNames, stored_types, write_row_files)
+                    ROWS_FILE, ConceptIndex, ConceptIndexError, PackedIds, RowNames, stored_type_sets,
+                    write_row_files)
 
 SUPPLEMENT_DIR = "supplement"
 # The supplement's row names, one a line (utf-8, gzip with mtime 0), and their kb.name_hash keys.
@@ -113,9 +114,8 @@ def _positions_among(main: ConceptIndex, supplement: ConceptIndex) -> np.ndarray
     def found() -> np.ndarray:
         return PackedIds(main.concept_ids).positions(ids.encoded())
 
-    records = (main.meta.get("files", {}).get(CONCEPTS_FILE), supplement.meta.get("files", {}).get(IDS_FILE))
-    shas = [record.get("sha256") if isinstance(record, dict) else None for record in records]
-    if not all(isinstance(sha, str) for sha in shas):
+    shas = [recorded_sha256(main.meta, CONCEPTS_FILE), recorded_sha256(supplement.meta, IDS_FILE)]
+    if None in shas:
         return found()
 
     def read(folder: Path) -> np.ndarray:
@@ -149,9 +149,7 @@ class SupplementedIndex:
                                     f"(fingerprint {supplement.fingerprint}) than its index ({main.fingerprint}); "
                                     "rebuild it.")
         self.main, self.supplement = main, supplement
-        names_file = supplement.meta["files"].get(NAMES_FILE)
-        self.names = RowNames(supplement.path / NAMES_FILE,
-                              names_file.get("sha256") if isinstance(names_file, dict) else None)
+        self.names = RowNames(supplement.path / NAMES_FILE, recorded_sha256(supplement.meta, NAMES_FILE))
         self._keys = np.load(supplement.path / KEYS_FILE)
         if not len(self.names) == len(self._keys) == len(supplement):
             raise ConceptIndexError(f"{supplement.path}: its names, keys and rows disagree; rebuild the supplement.")
@@ -354,7 +352,7 @@ def supplement_concepts(folder: Path, known: Container[str] = ()) -> List[Concep
     """The concepts a supplement folder holds that `known` (ids) lacks, each named by its rows (its
     first name canonical), without its codes: what a names table's ids are checked against."""
     stored = json.loads((Path(folder) / CONCEPTS_FILE).read_text(encoding="utf-8"))
-    types = stored_types(stored)
+    types = stored_type_sets(stored)
     rows = np.load(Path(folder) / ROWS_FILE)
     names = RowNames(Path(folder) / NAMES_FILE)
     by_concept: dict = {}
