@@ -30,8 +30,10 @@ class _UnlessConfigured(logging.StreamHandler):
 # logging.getLogger("spacy_sapbert.first_use").setLevel("WARNING") quiets it.
 first_use = logging.getLogger("spacy_sapbert.first_use")
 first_use.setLevel(logging.INFO)
+# How a first-use line reads wherever the package shows it itself: here, and the command line's.
+FIRST_USE_FORMAT = logging.Formatter("spacy-sapbert: %(message)s")
 _handler = _UnlessConfigured()  # sys.stderr as it is when a record comes (pytest swaps it)
-_handler.setFormatter(logging.Formatter("spacy-sapbert: %(message)s"))
+_handler.setFormatter(FIRST_USE_FORMAT)
 first_use.addHandler(_handler)
 
 

@@ -83,8 +83,10 @@ class _CliFormatter(logging.Formatter):
         super().__init__("%(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        if record.name == "spacy_sapbert.first_use" and record.levelno == logging.INFO:
-            return f"spacy-sapbert: {record.getMessage()}"
+        from .cache import FIRST_USE_FORMAT, first_use
+
+        if record.name == first_use.name and record.levelno == logging.INFO:
+            return FIRST_USE_FORMAT.format(record)
         return super().format(record)
 
 
