@@ -11,7 +11,7 @@ from spacy_sapbert.encoders.base import recorded_sparse_weight
 from spacy_sapbert.encoders.settings import write_settings
 from spacy_sapbert.search.index import ConceptIndex
 from spacy_sapbert.kb.concepts import Concept, KnowledgeBase
-from spacy_sapbert.ranking.hybrid import HybridRescorer, fit_char_tfidf
+from spacy_sapbert.ranking.hybrid import HybridRescorer, _counted, fit_char_tfidf
 from spacy_sapbert.ranking.concepts import search_concepts
 
 
@@ -55,6 +55,15 @@ def test_names_are_fitted_as_scikit_learn_fits_them_without_scikit_learn(names):
     for ours, theirs in ((vectors.indptr, expected.indptr), (vectors.indices, expected.indices),
                          (vectors.data, expected.data)):
         assert np.array_equal(ours, theirs) and ours.dtype == theirs.dtype
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**40), max_size=60))
+def test_counted_keys_are_numpys_unique_with_counts(keys):
+    keys = np.asarray(keys, dtype=np.int64)
+    ours, theirs = _counted(keys), np.unique(keys, return_counts=True)
+    for a, b in zip(ours, theirs):
+        assert np.array_equal(a, b) and a.dtype == b.dtype
 
 
 def scipy_transform(rescorer, texts):
