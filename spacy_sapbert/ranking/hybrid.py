@@ -176,8 +176,9 @@ def _count_grams(names: Sequence[str]) -> Tuple[Dict[str, int], np.ndarray, np.n
 
 def _counted(keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """np.unique(keys, return_counts=True), the same arrays, by a stable sort: keys made row by
-    row are nearly in order, which numpy's stable sort (radix or run merging) takes in a tenth of
-    the time np.unique's sort does (0.07 against 0.56 s for the bundled index's 5.4M n-grams)."""
+    row are ordered by row, shuffled only within it, which numpy's stable sort (timsort for
+    int64) sorts in a tenth of the time np.unique's sort takes (0.07 against 0.56 s for the
+    bundled index's 5.4M n-grams)."""
     ordered = np.sort(keys, kind="stable")
     starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]])) if len(ordered) else ordered
     return ordered[starts], np.diff(np.append(starts, len(ordered)))
