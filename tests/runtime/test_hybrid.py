@@ -66,6 +66,19 @@ def test_counted_keys_are_numpys_unique_with_counts(keys):
         assert np.array_equal(a, b) and a.dtype == b.dtype
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(alphabet="aAbé -(x)\t\n12ZzİΣ𝔸", max_size=20), min_size=32, max_size=50))
+def test_many_texts_get_the_vectors_the_loop_gives_them(texts):
+    """From TRANSFORM_IN_NUMPY texts transform finds n-grams in numpy: the same vectors bit for
+    bit, stored order included, as the loop over char_wb_ngrams gives."""
+    rescorer = HybridRescorer(["Lactic Acidosis", "x", "ab", "Ébola (AB-12)", "İzmir ΑΣ 𝔸b", "zz 12 z"], weight=1.0)
+    many = rescorer.transform(texts)
+    rescorer.TRANSFORM_IN_NUMPY = len(texts) + 1
+    loop = rescorer.transform(texts)
+    for ours, theirs in ((many.data, loop.data), (many.indices, loop.indices), (many.indptr, loop.indptr)):
+        assert ours.tobytes() == theirs.tobytes() and ours.dtype == theirs.dtype
+
+
 def scipy_transform(rescorer, texts):
     """HybridRescorer.transform as scipy's products computed it until 0.2.0: the reference."""
     import scipy.sparse
