@@ -761,20 +761,31 @@ class ConceptIndex:
             raise ConceptIndexError(f"The exact-name keys in {folder} cannot be read; delete the folder and retry.")
         return self._row_keys
 
+    def _key_sort(self) -> Tuple[np.ndarray, np.ndarray]:
+        """row_keys and their sorted order, made on first use. Derived from the very array
+        row_keys returns, so keys made again are sorted again; the order stays numpy's own index
+        type: searchsorted would copy any other at each call."""
+        keys = self.row_keys()
+        if getattr(self, "_key_order", (None,))[0] is not keys:
+            self._key_order = (keys, np.argsort(keys, kind="stable"))
+        return self._key_order
+
     def rows_named(self, key: int) -> np.ndarray:
         """The rows whose name has kb.name_hash `key`, in row order: a binary search of
         row_keys through their sorted order (made on first use, 8 bytes a row: 1.7 MB for the
         bundled index, 6 MB with its supplement; no sorted copy of the keys), not a scan of
         every row."""
-        keys = self.row_keys()
-        # Derived from the very array row_keys returns, so keys made again are sorted again.
-        # The order stays numpy's own index type: searchsorted would copy any other at each call.
-        if getattr(self, "_key_order", (None,))[0] is not keys:
-            self._key_order = (keys, np.argsort(keys, kind="stable"))
-        _, order = self._key_order
+        keys, order = self._key_sort()
         key = np.uint64(key)
         first, last = (np.searchsorted(keys, key, side=side, sorter=order) for side in ("left", "right"))
         return order[first:last]
+
+    def named_among(self, keys: np.ndarray) -> np.ndarray:
+        """Whether some row's name has each kb.name_hash of `keys` (rows_named for many at once)."""
+        sorted_keys, order = self._key_sort()
+        keys = np.asarray(keys, dtype=np.uint64)
+        return (np.searchsorted(sorted_keys, keys, side="right", sorter=order)
+                > np.searchsorted(sorted_keys, keys, side="left", sorter=order))
 
     def _preferred_mask(self, prefer: Sequence[str]) -> np.ndarray:
         names, cuis = self.kb.name_rows()

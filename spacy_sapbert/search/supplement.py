@@ -229,7 +229,9 @@ class SupplementedIndex:
             self.main._row_keys, self._keys = self._row_keys[:len(self.main)], self._row_keys[len(self.main):]
         return self._row_keys
 
+    _key_sort = ConceptIndex._key_sort
     rows_named = ConceptIndex.rows_named
+    named_among = ConceptIndex.named_among
 
     def row_names(self) -> List[str]:
         return self.main.row_names() + self.names.all()

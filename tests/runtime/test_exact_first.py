@@ -119,3 +119,5 @@ def test_rows_named_finds_what_a_scan_of_every_row_finds_in_row_order(names_per_
     for text in ["gut ache", "pain", "colic", "absent"]:
         key = name_hash(text)
         assert list(index.rows_named(key)) == list(np.flatnonzero(index.row_keys() == np.uint64(key)))
+    keys = [name_hash(text) for text in ["gut ache", "pain", "colic", "absent", "belly pain"]]
+    assert index.named_among(np.array(keys, dtype=np.uint64)).tolist() == [len(index.rows_named(k)) > 0 for k in keys]

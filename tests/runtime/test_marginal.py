@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from spacy_sapbert.encoders.base import recorded_marginal_tau
 from spacy_sapbert.encoders.settings import write_settings
-from spacy_sapbert.ranking.concepts import best_concepts
+from spacy_sapbert.ranking.concepts import best_concepts, marginal_block, marginal_concepts, tie_order
 
 FLOAT_MIN = np.finfo(np.float32).min
 
@@ -38,6 +38,26 @@ def test_one_name_a_concept_ranks_as_its_best_name_ties_included(levels, tau):
     rows = np.arange(len(levels))[::-1].copy()
     row_concepts = np.arange(len(levels))
     assert best_concepts(scores, rows, row_concepts, 5, tau) == best_concepts(scores, rows, row_concepts, 5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(1, 12), st.sampled_from([0.02, 0.05, 0.1]),
+       st.integers(0, 2**31 - 1))
+def test_a_blocks_concepts_rank_as_each_querys_own_do(n, width, n_concepts, tau, seed):
+    """marginal_block gives each query of a block what marginal_concepts gives it alone, after
+    tie_order: the same concepts, order and scores bit for bit (ties, pads and repeated
+    concepts included)."""
+    rng = np.random.default_rng(seed)
+    row_concepts = rng.integers(0, n_concepts, size=50).astype(np.int32)
+    rows = rng.integers(-1, 50, size=(n, width))
+    scores = np.round(rng.random((n, width)), int(rng.integers(1, 4))).astype(np.float32)
+    scores[rows < 0] = FLOAT_MIN
+    block = marginal_block(scores, rows, row_concepts, tau)
+    for query in range(n):
+        order = tie_order(scores[query], rows[query])
+        alone = marginal_concepts(scores[query].astype(np.float64)[order], rows[query][order], row_concepts, width, tau)
+        assert block[query] == alone
+        assert [(type(c), type(s)) for c, s in block[query]] == [(type(c), type(s)) for c, s in alone]
 
 
 @pytest.fixture

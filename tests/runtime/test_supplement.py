@@ -89,6 +89,7 @@ def test_the_keys_of_both_are_held_once(tiny_model, supplemented_dir):
     assert np.shares_memory(index.main.row_keys(), keys) and np.shares_memory(index._keys, keys)
     for row in range(len(index)):
         assert row in index.rows_named(int(keys[row]))
+    assert index.named_among(np.append(keys, np.uint64(12345))).tolist() == [True] * len(index) + [False]
 
 
 def test_links_the_index_holds_are_unchanged(tiny_model, supplemented_dir):
