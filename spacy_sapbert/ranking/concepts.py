@@ -45,8 +45,7 @@ def best_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray
     named.update(named_elsewhere)
     wanted = len(rows) if named else k  # every concept, so that an exact one past the k-th moves up
     if ranked is None and tau:
-        order = tie_order(scores, rows)
-        ranked = marginal_concepts(np.asarray(scores, dtype=np.float64)[order], rows[order], row_concepts, wanted, tau)
+        ranked = marginal_block(np.asarray(scores)[None], np.asarray(rows)[None], row_concepts, tau)[0][:wanted]
     elif ranked is None:
         order = tie_order(scores, rows)
         best: Dict[int, float] = {}
@@ -62,33 +61,14 @@ def best_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray
     return ranked[:k]
 
 
-def marginal_concepts(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray, k: int,
-                      tau: float) -> List[Tuple[int, float]]:
-    """The k best concepts by synonym-marginal score of hits already in tie order, each with that
-    score (at most 1, an identical string's), so that a list of them reads in the order of its
-    scores; equal marginals (to 6 decimals) keep their best names' tie order."""
-    hit = rows >= 0
-    scores, concepts = scores[hit], row_concepts[rows[hit]]
-    if not len(concepts):
-        return []
-    unique, first = np.unique(concepts, return_index=True)  # first: each concept's best name
-    which = np.searchsorted(unique, concepts)
-    mass = np.bincount(which, weights=np.exp((scores - scores[0]) / tau))
-    marginal = scores[0] + tau * np.log(mass)
-    ranked = np.lexsort((first, -np.round(marginal, 6)))[:k]
-    # The same score shown from each concept's own best name, so that one name shows its score
-    # exactly (from the top hit's, exp and log would leave it off by an ulp or two).
-    best = scores[first]
-    own = best + tau * np.log(np.bincount(which, weights=np.exp((scores - best[which]) / tau)))
-    return [(int(unique[i]), min(1.0, float(own[i]))) for i in ranked]
-
-
 def marginal_block(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarray,
                    tau: float) -> List[List[Tuple[int, float]]]:
-    """For each query of a block ((n, r) hits, row -1: none), every concept of its hits ranked as
-    marginal_concepts ranks them after tie_order: the same concepts, order and scores bit for bit
-    (each query's sums run over its own hits in the same order), in a few numpy calls for the
-    block instead of a dozen for each query."""
+    """For each query of a block ((n, r) hits, row -1: none), every concept of its hits ranked by
+    synonym-marginal score (best_concepts), each with that score (at most 1, an identical
+    string's), so that a list of them reads in the order of its scores; equal marginals (to 6
+    decimals) keep their best names' tie order. Each query's sums run over its own hits in tie
+    order, as ranking the query alone would run them (tests/runtime/test_marginal.py holds them
+    to it bit for bit), in a few numpy calls for the block instead of a dozen for each query."""
     n, width = rows.shape
     flat = np.asarray(scores, dtype=np.float64).ravel()
     queries = np.repeat(np.arange(n), width)
@@ -107,6 +87,8 @@ def marginal_block(scores: np.ndarray, rows: np.ndarray, row_concepts: np.ndarra
     mass = np.bincount(which, weights=np.exp((scores_ - scores_[starts[owners]]) / tau))
     marginal = scores_[starts[own_query]] + tau * np.log(mass)
     ranked = np.lexsort((first - starts[own_query], -np.round(marginal, 6), own_query))
+    # The same score shown from each concept's own best name, so that one name shows its score
+    # exactly (from the top hit's, exp and log would leave it off by an ulp or two).
     best = scores_[first]
     own = best + tau * np.log(np.bincount(which, weights=np.exp((scores_ - best[which]) / tau)))
     ids, shown = (unique % span)[ranked].tolist(), np.minimum(own[ranked], 1.0).tolist()
